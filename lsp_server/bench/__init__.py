@@ -1,0 +1,1 @@
+"""Benchmark harness: datasets, runners, reports and plots."""

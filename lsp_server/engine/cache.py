@@ -1,0 +1,113 @@
+"""KV caches that remember which tokens they hold, reused by longest common token prefix.
+
+A `KVSlot` pairs one model's transformers `DynamicCache` with the token ids it covers, so
+rolling back a rejected draft and reusing a previous request's prefix are the same move:
+`rewind` to the common prefix, `feed` the rest. A `SlotPool` keeps a few slots per model
+so that switching between documents does not throw away the other document's prefix.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from transformers import DynamicCache
+
+
+class Aborted(Exception):
+    """Raised inside the engine when the request's abort flag is seen."""
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class KVSlot:
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.cache = DynamicCache(config=model.config)
+        self.ids: list[int] = []
+
+    def rewind(self, keep: int) -> None:
+        drop = len(self.ids) - keep
+        if drop > 0:
+            self.cache.crop(-drop)  # transformers 5.x: a negative count of tokens to drop
+            del self.ids[keep:]
+
+    def reset(self) -> None:
+        self.cache = DynamicCache(config=self.model.config)
+        self.ids = []
+
+    def feed(self, tokens: Sequence[int], all_logits: bool = True) -> torch.Tensor:
+        """Append tokens; return logits [T, V] for each fed position (or [1, V] for the last)."""
+        input_ids = torch.tensor([list(tokens)], device=self.device)  # [1, T]
+        try:
+            out = self.model(
+                input_ids=input_ids, cache=self.cache, use_cache=True,
+                logits_to_keep=0 if all_logits else 1,
+            )
+        except BaseException:
+            # A forward interrupted half way leaves layers with different lengths: start clean.
+            self.reset()
+            raise
+        self.ids.extend(tokens)
+        return out.logits[0]  # [T, V]
+
+    def extend(
+        self, ids: Sequence[int], chunk: int = 0,
+        should_abort: Callable[[], bool] | None = None,
+    ) -> tuple[int, torch.Tensor | None]:
+        """Make the cache hold exactly `ids`, feeding only what differs.
+
+        Returns (tokens fed, next-token logits [V] or None when nothing was fed). Long
+        feeds go in chunks so an abort is seen between chunks.
+        """
+        self.rewind(common_prefix_len(self.ids, ids))
+        rest = list(ids[len(self.ids):])
+        step = chunk if chunk > 0 else max(1, len(rest))
+        logits = None
+        for start in range(0, len(rest), step):
+            if should_abort is not None and start > 0 and should_abort():
+                raise Aborted()
+            logits = self.feed(rest[start:start + step], all_logits=False)[-1]
+        return len(rest), logits
+
+    def sync(
+        self, ids: Sequence[int], chunk: int = 0,
+        should_abort: Callable[[], bool] | None = None,
+    ) -> torch.Tensor:
+        """Like `extend`, but always returns next-token logits [V]: if the cache already
+        holds all of `ids`, the last token is fed again to get them."""
+        if common_prefix_len(self.ids, ids) == len(ids):
+            self.rewind(len(ids) - 1)
+        _, logits = self.extend(ids, chunk, should_abort)
+        assert logits is not None
+        return logits
+
+
+class SlotPool:
+    """A few KV slots for one model; a request takes the slot sharing the longest prefix."""
+
+    def __init__(self, model: torch.nn.Module, size: int = 4):
+        self.model = model
+        self.slots = [KVSlot(model) for _ in range(max(1, size))]
+        self._clock = 0
+        self._last_used = [0] * len(self.slots)
+
+    def acquire(self, ids: Sequence[int]) -> KVSlot:
+        scores = [common_prefix_len(s.ids, ids) for s in self.slots]
+        best = max(range(len(self.slots)), key=lambda i: (scores[i], self._last_used[i]))
+        if scores[best] == 0:  # nothing shared: evict the least recently used slot
+            best = min(range(len(self.slots)), key=lambda i: self._last_used[i])
+        self._clock += 1
+        self._last_used[best] = self._clock
+        return self.slots[best]
+
+    def clear(self) -> None:
+        for slot in self.slots:
+            slot.reset()

@@ -1,0 +1,96 @@
+"""Per-round decisions: how many tokens to draft (k), and when to stop speculating.
+
+Inputs are the request's `DraftPolicy` (from the cursor's syntax context), live evidence
+from this request (accepted per round, the target's entropy), and acceptance remembered
+per context across requests. k = 0 means a plain decoding round.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from .types import DraftPolicy
+
+ENTROPY_EMA = 0.5  # weight of the newest round's mean target entropy
+
+
+@dataclass
+class ContextMemory:
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+
+@dataclass
+class AcceptanceMemory:
+    """Acceptance per syntax context, kept across requests (thread-safe: read by the server)."""
+
+    by_context: dict[str, ContextMemory] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, context: str, drafted: int, accepted: int) -> None:
+        with self.lock:
+            m = self.by_context.setdefault(context, ContextMemory())
+            m.rounds += 1
+            m.drafted += drafted
+            m.accepted += accepted
+
+    def suggested_k(self, policy: DraftPolicy, min_rounds: int = 8) -> int:
+        """Start where this context's past rounds say the draft is usually right."""
+        with self.lock:
+            m = self.by_context.get(policy.context)
+            if m is None or m.rounds < min_rounds:
+                return policy.k_init
+            return clamp(round(m.mean_accepted) + 1, policy.k_min, policy.k_max)
+
+    def snapshot(self) -> dict[str, dict]:
+        with self.lock:
+            return {
+                c: {"rounds": m.rounds, "drafted": m.drafted, "accepted": m.accepted,
+                    "mean_accepted_per_round": m.mean_accepted,
+                    "acceptance_rate": m.accepted / m.drafted if m.drafted else 0.0}
+                for c, m in self.by_context.items()
+            }
+
+
+def clamp(x: int, lo: int, hi: int) -> int:
+    return max(lo, min(hi, x))
+
+
+class Controller:
+    def __init__(self, policy: DraftPolicy, memory: AcceptanceMemory | None = None):
+        self.policy = policy
+        self.memory = memory
+        adaptive = policy.mode == "adaptive"
+        self.k = memory.suggested_k(policy) if (memory and adaptive) else policy.k_init
+        self.plain = policy.mode == "off" or policy.k_max <= 0
+        self.entropy_ema: float | None = None
+
+    @property
+    def entropy_switching(self) -> bool:
+        return self.policy.mode == "adaptive" and self.policy.entropy_high > 0
+
+    def next_k(self) -> int:
+        return 0 if self.plain else self.k
+
+    def observe(self, drafted: int, accepted: int, target_entropy: float | None) -> None:
+        """Learn from one round: +2 when every drafted token was accepted, -1 otherwise
+        (the heuristic transformers calls "heuristic"), and entropy hysteresis."""
+        p = self.policy
+        if drafted and self.memory is not None:
+            self.memory.record(p.context, drafted, accepted)
+        if drafted and p.mode == "adaptive":
+            self.k = clamp(self.k + (2 if accepted == drafted else -1), p.k_min, p.k_max)
+        if target_entropy is not None and self.entropy_switching:
+            e = self.entropy_ema
+            self.entropy_ema = target_entropy if e is None else (
+                ENTROPY_EMA * target_entropy + (1 - ENTROPY_EMA) * e)
+            if not self.plain and self.entropy_ema > p.entropy_high:
+                self.plain = True
+            elif self.plain and p.mode != "off" and self.entropy_ema < p.entropy_low:
+                self.plain = False

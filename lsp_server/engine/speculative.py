@@ -1,0 +1,204 @@
+"""The draft / verify loop.
+
+Invariant: the target's KV slot holds every token of `ids` except the newest one, whose
+logits nobody has computed yet. A round feeds [newest, d1..dk] to the target in ONE
+forward, which scores the newest token's successor and every draft prefix (k+1 rows);
+the agreeing prefix plus one target token is kept and the slot is rewound to match.
+k = 0 is a plain decoding round through the same code.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from .cache import Aborted, KVSlot, SlotPool
+from .controller import AcceptanceMemory, Controller
+from .detokenize import StreamingText
+from .drafters import Draft, ModelDrafter, PromptLookupDrafter
+from .sampling import Sampling, entropy, pick, verify_greedy, verify_sampled
+from .stopping import stop_index
+from .types import CompletionRequest, EngineEvent, Finished, Stats, TextDelta
+
+# Lookup proposals are free, but a wrong one still costs a target pass that the draft
+# model might have used better: only trust an n-gram match at least this long.
+LOOKUP_MIN_MATCH = 3
+
+
+@dataclass
+class EngineOptions:
+    pool_size: int = 4
+    prefill_chunk: int = 32  # small chunks keep abort latency low during a cold prefill
+    lookup_min_match: int = LOOKUP_MIN_MATCH
+
+
+@dataclass
+class _Run:
+    """Mutable state of one request, kept out of the engine so the engine stays reusable."""
+
+    request: CompletionRequest
+    ids: list[int]
+    n_prompt: int
+    stats: Stats
+    sampling: Sampling
+    gen: torch.Generator | None
+    text: StreamingText
+    t0: float = field(default_factory=time.perf_counter)
+
+    @property
+    def generated(self) -> list[int]:
+        return self.ids[self.n_prompt:]
+
+
+class SpeculativeEngine:
+    def __init__(
+        self, target: torch.nn.Module, draft: torch.nn.Module | None, tokenizer: Any,
+        stop_ids: Sequence[int], options: EngineOptions | None = None,
+    ):
+        self.options = options or EngineOptions()
+        self.target = target
+        self.tokenizer = tokenizer
+        self.stop_ids = frozenset(stop_ids)
+        self.pool = SlotPool(target, self.options.pool_size)
+        self.drafter = ModelDrafter(draft, self.options.pool_size) if draft is not None else None
+        self.lookup = PromptLookupDrafter()
+        self.memory = AcceptanceMemory()
+
+    # -- public -----------------------------------------------------------------
+
+    def generate(
+        self, request: CompletionRequest, should_abort: Callable[[], bool] = lambda: False,
+    ) -> Iterator[EngineEvent]:
+        run = self._start(request)
+        try:
+            slot = self.pool.acquire(run.ids)
+            first = self._prefill(run, slot, should_abort)
+            yield from self._accept(run, [first])
+            controller = Controller(request.policy, self.memory)
+            while not run.stats.stop_reason:
+                if should_abort():
+                    raise Aborted()
+                new = self._round(run, slot, controller, should_abort)
+                yield from self._accept(run, new)
+        except Aborted:
+            run.stats.stop_reason = "aborted"
+        yield self._finish(run)
+
+    def clear_caches(self) -> None:
+        self.pool.clear()
+        if self.drafter is not None:
+            self.drafter.pool.clear()
+
+    # -- steps ------------------------------------------------------------------
+
+    def _start(self, request: CompletionRequest) -> _Run:
+        if not request.prompt_ids:
+            raise ValueError("empty prompt")
+        sampling = Sampling(request.temperature, request.top_p)
+        gen = None
+        if not sampling.greedy:
+            gen = torch.Generator().manual_seed(request.seed if request.seed is not None else 0)
+        ids = list(request.prompt_ids)
+        return _Run(request, ids, len(ids), Stats(prompt_tokens=len(ids)), sampling, gen,
+                    StreamingText(self.tokenizer))
+
+    @torch.inference_mode()
+    def _prefill(self, run: _Run, slot: KVSlot, should_abort: Callable[[], bool]) -> int:
+        t = time.perf_counter()
+        fed, logits = slot.extend(run.ids, self.options.prefill_chunk, should_abort)
+        if logits is None:  # the slot already held the whole prompt
+            logits = slot.sync(run.ids)
+            fed = 1
+        run.stats.prefilled_tokens = fed
+        run.stats.prefill_s = time.perf_counter() - t
+        # The draft catches up lazily in its first round; only bind its slot here.
+        if self.drafter is not None and run.request.policy.mode != "off":
+            self.drafter.begin(run.ids)
+        return pick(logits, run.sampling, run.gen)
+
+    @torch.inference_mode()
+    def _round(
+        self, run: _Run, slot: KVSlot, controller: Controller, should_abort: Callable[[], bool],
+    ) -> list[int]:
+        stats, ids = run.stats, run.ids
+        k = min(controller.next_k(), run.request.max_new_tokens - len(run.generated))
+        draft = self._draft(run, k, controller, should_abort) if k > 0 else Draft("plain", [])
+        if should_abort():
+            raise Aborted()
+        t = time.perf_counter()
+        logits = slot.feed([ids[-1]] + draft.tokens)  # [k+1, V]
+        if run.sampling.greedy:
+            n, nxt = verify_greedy(draft.tokens, logits)
+        else:
+            n, nxt = verify_sampled(draft.tokens, draft.probs, logits, run.sampling, run.gen)
+        slot.rewind(len(ids) + n)
+        h = float(entropy(logits[: n + 1]).mean()) if controller.entropy_switching else None
+        stats.verify_s += time.perf_counter() - t
+        stats.rounds += 1
+        stats.k_trace.append(len(draft.tokens))
+        if draft.tokens:
+            stats.speculative_rounds += 1
+            stats.accepted_lengths.append(n)
+            d = stats.drafter(draft.source)
+            d.rounds += 1
+            d.drafted += len(draft.tokens)
+            d.accepted += n
+        else:
+            stats.plain_rounds += 1
+        controller.observe(len(draft.tokens), n, h)
+        return draft.tokens[:n] + [nxt]
+
+    def _draft(
+        self, run: _Run, k: int, controller: Controller, should_abort: Callable[[], bool],
+    ) -> Draft:
+        policy = run.request.policy
+        t = time.perf_counter()
+        if policy.prompt_lookup:
+            draft, match = self.lookup.propose(run.ids, k)
+            if draft.tokens and (match >= self.options.lookup_min_match or self.drafter is None):
+                run.stats.drafter(draft.source).time_s += time.perf_counter() - t
+                run.stats.draft_s += time.perf_counter() - t
+                return draft
+        if self.drafter is None:
+            return Draft("plain", [])
+        draft = self.drafter.propose(
+            run.ids, k, policy.draft_p_min, run.sampling, run.gen, should_abort)
+        elapsed = time.perf_counter() - t
+        run.stats.drafter(draft.source).time_s += elapsed
+        run.stats.draft_s += elapsed
+        return draft
+
+    def _accept(self, run: _Run, new_tokens: list[int]) -> Iterator[EngineEvent]:
+        """Append accepted tokens, apply stop ids / budget / stop rule, stream the text."""
+        stats = run.stats
+        for i, tok in enumerate(new_tokens):
+            if tok in self.stop_ids:
+                new_tokens, stats.stop_reason = new_tokens[:i], "eos"
+                break
+        budget = run.request.max_new_tokens - len(run.generated)
+        if len(new_tokens) >= budget:
+            new_tokens = new_tokens[:budget]
+            stats.stop_reason = stats.stop_reason or "max-tokens"
+        run.ids.extend(new_tokens)
+        now = time.perf_counter() - run.t0
+        stats.token_times_s.extend([now] * len(new_tokens))
+        if stats.ttft_s is None and new_tokens:
+            stats.ttft_s = now
+        before = run.text.text
+        run.text.update(run.generated, final=bool(stats.stop_reason))
+        cut = stop_index(run.text.text, run.request.policy.stop)
+        if cut is not None:
+            run.text.text = run.text.text[:cut]
+            stats.stop_reason = "stop-rule"
+        if run.text.text != before and run.text.text.startswith(before):
+            yield TextDelta(run.request.id, run.text.text[len(before):], run.text.text)
+
+    def _finish(self, run: _Run) -> Finished:
+        stats = run.stats
+        stats.generated_tokens = len(run.generated)
+        stats.total_s = time.perf_counter() - run.t0
+        reason = stats.stop_reason or "aborted"
+        return Finished(run.request.id, run.text.text, tuple(run.generated), stats, reason)

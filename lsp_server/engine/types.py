@@ -1,0 +1,181 @@
+"""Plain data that crosses the engine's boundary. Torch-free on purpose: `syntax/` and the
+server build these without loading torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+StopKind = Literal["line", "statement", "block", "none"]
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """When generation ends, decided from the cursor's context *before* generating.
+
+    line:      stop at the first newline once the line has content (single-line contexts).
+    statement: stop at the first newline that ends a statement (brackets balanced).
+    block:     stop at the first non-blank line indented at or below `base_indent`
+               (the dedent that closes the block being written).
+    none:      only the token budget and end-of-text stop.
+    """
+
+    kind: StopKind = "block"
+    base_indent: int = 0
+
+
+@dataclass(frozen=True)
+class DraftPolicy:
+    """How to speculate for one request. `syntax.policy` fills it from the cursor context."""
+
+    context: str = "unknown"
+    k_init: int = 4
+    k_min: int = 1
+    k_max: int = 8
+    max_new_tokens: int = 64
+    stop: StopRule = field(default_factory=StopRule)
+    # Stop drafting inside a round when the draft's top-1 probability drops below this.
+    draft_p_min: float = 0.5
+    # Target entropy (nats, moving average) above `entropy_high` switches to plain
+    # decoding, below `entropy_low` switches back: hysteresis so it does not flap.
+    entropy_high: float = 2.5
+    entropy_low: float = 1.2
+    # "adaptive": controller tunes k; "fixed": always k_init; "off": plain decoding.
+    mode: Literal["adaptive", "fixed", "off"] = "adaptive"
+    # Try n-gram prompt lookup before the draft model when it has a match.
+    prompt_lookup: bool = True
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    id: str
+    prompt_ids: tuple[int, ...]
+    policy: DraftPolicy = field(default_factory=DraftPolicy)
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+
+    @property
+    def max_new_tokens(self) -> int:
+        return self.policy.max_new_tokens
+
+
+@dataclass
+class DrafterStats:
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    time_s: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+
+@dataclass
+class Stats:
+    """Honest metering of one request: every drafted token is counted, accepted or not."""
+
+    prompt_tokens: int = 0
+    prefilled_tokens: int = 0
+    generated_tokens: int = 0
+    rounds: int = 0
+    plain_rounds: int = 0
+    speculative_rounds: int = 0
+    drafters: dict[str, DrafterStats] = field(default_factory=dict)
+    accepted_lengths: list[int] = field(default_factory=list)
+    k_trace: list[int] = field(default_factory=list)
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0
+    ttft_s: float | None = None
+    token_times_s: list[float] = field(default_factory=list)
+    stop_reason: str = ""
+
+    @property
+    def drafted(self) -> int:
+        return sum(d.drafted for d in self.drafters.values())
+
+    @property
+    def accepted(self) -> int:
+        return sum(d.accepted for d in self.drafters.values())
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted_per_round(self) -> float:
+        spec = self.speculative_rounds
+        return self.accepted / spec if spec else 0.0
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / self.total_s if self.total_s > 0 else 0.0
+
+    def drafter(self, name: str) -> DrafterStats:
+        return self.drafters.setdefault(name, DrafterStats())
+
+    def inter_token_latencies(self) -> list[float]:
+        t = self.token_times_s
+        return [b - a for a, b in zip(t, t[1:])]
+
+    def to_dict(self) -> dict:
+        itl = sorted(self.inter_token_latencies())
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "prefilled_tokens": self.prefilled_tokens,
+            "generated_tokens": self.generated_tokens,
+            "rounds": self.rounds,
+            "plain_rounds": self.plain_rounds,
+            "speculative_rounds": self.speculative_rounds,
+            "drafted": self.drafted,
+            "accepted": self.accepted,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_accepted_per_round": self.mean_accepted_per_round,
+            "drafters": {
+                name: {**vars(d), "acceptance_rate": d.acceptance_rate}
+                for name, d in self.drafters.items()
+            },
+            "k_trace": list(self.k_trace),
+            "prefill_s": self.prefill_s,
+            "draft_s": self.draft_s,
+            "verify_s": self.verify_s,
+            "total_s": self.total_s,
+            "ttft_s": self.ttft_s,
+            "itl_p50_s": percentile(itl, 50),
+            "itl_p95_s": percentile(itl, 95),
+            "tokens_per_s": self.tokens_per_s,
+            "stop_reason": self.stop_reason,
+        }
+
+
+def percentile(sorted_values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile of an already sorted list; None when empty."""
+    if not sorted_values:
+        return None
+    rank = max(0, min(len(sorted_values) - 1, round(q / 100 * (len(sorted_values) - 1))))
+    return sorted_values[rank]
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    """Accepted text so far grew. `text` is the full text so far (ghost text wants the newest)."""
+
+    request_id: str
+    delta: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Finished:
+    request_id: str
+    text: str
+    token_ids: tuple[int, ...]
+    stats: Stats
+    reason: str  # "stop-rule" | "eos" | "max-tokens" | "aborted" | "error"
+    error: str | None = None
+
+
+EngineEvent = Union[TextDelta, Finished]

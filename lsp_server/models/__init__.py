@@ -1,0 +1,1 @@
+"""Named model pairs, fetching and verifying the default pair, and loading models."""

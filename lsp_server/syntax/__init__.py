@@ -1,0 +1,1 @@
+"""Where is the cursor? tree-sitter context and the draft policy table. Never imports torch."""

@@ -1,0 +1,137 @@
+"""Greedy speculative output is token-for-token the target's own greedy output."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from lsp_server.engine.speculative import SpeculativeEngine
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, StopRule
+from tests.tiny_models import CharTokenizer, tiny_model
+
+torch.set_grad_enabled(False)
+NO_STOP = StopRule("none")
+
+
+def plain_greedy(model, prompt: list[int], n: int) -> list[int]:
+    """Reference: full recomputation every step, no KV cache, no speculation."""
+    ids = list(prompt)
+    for _ in range(n):
+        logits = model(input_ids=torch.tensor([ids])).logits[0, -1]
+        ids.append(int(logits.argmax()))
+    return ids[len(prompt):]
+
+
+def run(engine: SpeculativeEngine, prompt, policy: DraftPolicy, rid: str = "r") -> Finished:
+    events = list(engine.generate(CompletionRequest(rid, tuple(prompt), policy)))
+    final = events[-1]
+    assert isinstance(final, Finished)
+    return final
+
+
+def policy(k: int, mode: str = "fixed", lookup: bool = False, n: int = 24, **kw) -> DraftPolicy:
+    return DraftPolicy(context="test", k_init=k, k_min=1, k_max=max(k, 1), max_new_tokens=n,
+                       stop=NO_STOP, draft_p_min=0.0, mode=mode, prompt_lookup=lookup, **kw)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_model(seed=1)
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_speculation_matches_plain_greedy(target, k, seed):
+    draft = tiny_model(seed=100 + seed, hidden=16, layers=1)
+    engine = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[])
+    prompt = random.Random(seed).choices(range(48), k=12)
+    result = run(engine, prompt, policy(k))
+    assert list(result.token_ids) == plain_greedy(target, prompt, 24)
+    assert result.reason == "max-tokens"
+
+
+def test_draft_equal_to_target_accepts_everything(target):
+    engine = SpeculativeEngine(target, target, CharTokenizer(), stop_ids=[])
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    result = run(engine, prompt, policy(4, n=25))
+    assert list(result.token_ids) == plain_greedy(target, prompt, 25)
+    s = result.stats
+    assert s.drafted > 0 and s.accepted == s.drafted
+    assert s.mean_accepted_per_round == pytest.approx(4.0)  # every round: k accepted + 1 bonus
+
+
+def test_useless_draft_accepts_nothing_and_stays_lossless(target):
+    # A draft whose argmax is always a token the target never picks first.
+    draft = tiny_model(seed=7, hidden=16, layers=1)
+    with torch.no_grad():
+        draft.lm_head.weight.zero_()
+        draft.lm_head.bias = None
+    engine = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[])
+    prompt = [5, 6, 7, 8]
+    expected = plain_greedy(target, prompt, 20)
+    result = run(engine, prompt, policy(3, n=20))
+    assert list(result.token_ids) == expected
+    # Zero logits -> argmax is token 0 everywhere; only positions where the target also
+    # picks 0 can be accepted.
+    assert result.stats.accepted == sum(
+        1 for i, t in enumerate(expected) if t == 0) or result.stats.accepted <= 2
+
+
+@pytest.mark.parametrize("k", [2, 5, 8])
+def test_prompt_lookup_is_lossless_on_repetitive_prompts(target, k):
+    engine = SpeculativeEngine(target, None, CharTokenizer(), stop_ids=[])
+    prompt = [1, 2, 3, 4, 5, 6] * 4 + [1, 2, 3]
+    result = run(engine, prompt, policy(k, lookup=True, n=30))
+    assert list(result.token_ids) == plain_greedy(target, prompt, 30)
+    assert result.stats.drafters["lookup"].drafted > 0
+
+
+def test_adaptive_mode_with_both_drafters_is_lossless(target):
+    draft = tiny_model(seed=3, hidden=16, layers=1)
+    engine = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[])
+    for seed in range(4):
+        prompt = random.Random(seed).choices(range(10), k=30)  # small alphabet -> n-gram hits
+        pol = DraftPolicy(context="t", k_init=3, k_min=1, k_max=8, max_new_tokens=28,
+                          stop=NO_STOP, draft_p_min=0.3, mode="adaptive", prompt_lookup=True,
+                          entropy_high=2.0, entropy_low=1.0)
+        assert list(run(engine, prompt, pol).token_ids) == plain_greedy(target, prompt, 28)
+
+
+def test_kv_cache_reuse_across_edits_at_the_end_is_lossless(target):
+    draft = tiny_model(seed=4, hidden=16, layers=1)
+    engine = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[])
+    rng = random.Random(0)
+    prompt = rng.choices(range(48), k=40)
+    prefilled = []
+    for step in range(8):
+        # type a token, delete one, or replace the last few: what keystrokes do to a prompt
+        action = step % 3
+        if action == 0:
+            prompt = prompt + [rng.randrange(48)]
+        elif action == 1:
+            prompt = prompt[:-1]
+        else:
+            prompt = prompt[:-3] + rng.choices(range(48), k=2)
+        result = run(engine, prompt, policy(4, n=12), rid=f"r{step}")
+        assert list(result.token_ids) == plain_greedy(target, prompt, 12)
+        prefilled.append(result.stats.prefilled_tokens)
+    assert max(prefilled[1:]) <= 4, prefilled  # only the edited tail is prefilled again
+
+
+def test_plain_mode_off_never_drafts(target):
+    engine = SpeculativeEngine(target, tiny_model(seed=5), CharTokenizer(), stop_ids=[])
+    result = run(engine, [1, 2, 3], policy(4, mode="off", n=10))
+    assert result.stats.drafted == 0 and result.stats.plain_rounds == 9
+    assert list(result.token_ids) == plain_greedy(target, [1, 2, 3], 10)
+
+
+def test_stop_id_ends_generation_without_emitting_it(target):
+    prompt = [1, 2, 3]
+    expected = plain_greedy(target, prompt, 10)
+    stop = expected[4]
+    engine = SpeculativeEngine(target, target, CharTokenizer(), stop_ids=[stop])
+    result = run(engine, prompt, policy(4, n=10))
+    assert list(result.token_ids) == expected[: expected.index(stop)]
+    assert result.reason == "eos"

@@ -1,0 +1,95 @@
+"""Speculative sampling follows the target's distribution exactly (rejection sampling)."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+import torch
+
+from lsp_server.engine.sampling import Sampling, verify_sampled, warp
+from lsp_server.engine.speculative import SpeculativeEngine
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
+from tests.tiny_models import CharTokenizer, tiny_model
+
+torch.set_grad_enabled(False)
+VOCAB, LENGTH, RUNS = 3, 2, 1000
+# Chi-square critical value for 8 degrees of freedom (9 outcomes) at significance 0.001.
+CHI2_CRIT_8DOF_0001 = 26.12
+
+
+def chi_square(counts: Counter, expected: dict, n: int) -> float:
+    return sum((counts.get(o, 0) - n * p) ** 2 / (n * p) for o, p in expected.items())
+
+
+def exact_sequence_probs(model, prompt, s: Sampling) -> dict[tuple[int, ...], float]:
+    out = {}
+    for seq in itertools.product(range(VOCAB), repeat=LENGTH):
+        prob, ids = 1.0, list(prompt)
+        for tok in seq:
+            p = warp(model(input_ids=torch.tensor([ids])).logits[0, -1], s)
+            prob *= float(p[tok])
+            ids.append(tok)
+        out[seq] = prob
+    return out
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target = tiny_model(seed=11, vocab=VOCAB)
+    draft = tiny_model(seed=12, vocab=VOCAB, hidden=16, layers=1)
+    with torch.no_grad():
+        target.lm_head.weight.mul_(0.08)  # soften: every outcome has real mass
+        draft.lm_head.weight.mul_(0.12)
+    return target, draft
+
+
+def test_speculative_sampling_matches_target_distribution_and_draft_sampling_does_not(pair):
+    target, draft = pair
+    s = Sampling(temperature=1.0)
+    prompt = (0, 1, 2)
+    expected = exact_sequence_probs(target, prompt, s)
+    draft_dist = exact_sequence_probs(draft, prompt, s)
+    assert min(expected.values()) > 0.002  # chi-square needs expected counts >= ~3
+
+    engine = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[])
+    policy = DraftPolicy(context="t", k_init=2, k_min=1, k_max=2, max_new_tokens=LENGTH,
+                         stop=StopRule("none"), draft_p_min=0.0, mode="fixed",
+                         prompt_lookup=False)
+    counts: Counter = Counter()
+    drafted = accepted = 0
+    for i in range(RUNS):
+        final = list(engine.generate(CompletionRequest(f"r{i}", prompt, policy, 1.0, 1.0, i)))[-1]
+        counts[final.token_ids] += 1
+        drafted += final.stats.drafted
+        accepted += final.stats.accepted
+    assert drafted > 0 and 0 < accepted < drafted  # the draft was really used and judged
+    assert chi_square(counts, expected, RUNS) < CHI2_CRIT_8DOF_0001
+
+    # Sampling straight from the draft is measurably different from the target.
+    g = torch.Generator().manual_seed(0)
+    outcomes = list(draft_dist)
+    picks = torch.multinomial(torch.tensor([draft_dist[o] for o in outcomes]), RUNS, True,
+                              generator=g)
+    draft_counts = Counter(outcomes[int(i)] for i in picks)
+    assert chi_square(draft_counts, expected, RUNS) > CHI2_CRIT_8DOF_0001
+
+
+def test_rejection_rule_first_token_follows_p_for_one_hot_and_soft_drafts():
+    g = torch.Generator().manual_seed(0)
+    p_logits = torch.log(torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]]))
+    s = Sampling(temperature=1.0)
+    for q in (None, torch.tensor([[0.2, 0.2, 0.6]])):
+        counts = Counter()
+        for _ in range(4000):
+            draft_tok = [2] if q is None else [int(torch.multinomial(q[0], 1, generator=g))]
+            n, nxt = verify_sampled(draft_tok, q, p_logits, s, g)
+            counts[draft_tok[0] if n == 1 else nxt] += 1
+        freq = [counts[i] / 4000 for i in range(3)]
+        assert freq == pytest.approx([0.5, 0.3, 0.2], abs=0.03)
+
+
+def test_top_p_keeps_the_smallest_set_reaching_the_mass():
+    probs = warp(torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05])), Sampling(1.0, top_p=0.75))
+    assert probs.tolist() == pytest.approx([0.625, 0.375, 0.0, 0.0])

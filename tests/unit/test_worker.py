@@ -1,0 +1,113 @@
+"""The worker thread: streaming events, abort within one round, consumer cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import torch
+
+from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, StopRule, TextDelta
+from lsp_server.engine.worker import EngineWorker
+from tests.tiny_models import CharTokenizer, tiny_model
+
+torch.set_grad_enabled(False)
+LONG = DraftPolicy(context="t", k_init=3, k_max=3, max_new_tokens=400, stop=StopRule("none"),
+                   mode="fixed", draft_p_min=0.0, prompt_lookup=False)
+
+
+def make_engine(_progress=None) -> SpeculativeEngine:
+    return SpeculativeEngine(tiny_model(1), tiny_model(2, hidden=16, layers=1), CharTokenizer(),
+                             stop_ids=[], options=EngineOptions(prefill_chunk=8))
+
+
+class CountingForwards:
+    def __init__(self, model):
+        self.calls = 0
+        model.register_forward_hook(lambda *_: self._hit())
+
+    def _hit(self):
+        self.calls += 1
+
+
+def test_abort_is_seen_before_the_next_target_forward():
+    engine = make_engine()
+    target_calls = CountingForwards(engine.target)
+    flag = threading.Event()
+    stream = engine.generate(CompletionRequest("a", (1, 2, 3), LONG), flag.is_set)
+    first = next(stream)
+    assert isinstance(first, TextDelta)
+    flag.set()
+    calls_at_abort = target_calls.calls
+    rest = list(stream)
+    assert isinstance(rest[-1], Finished) and rest[-1].reason == "aborted"
+    assert target_calls.calls - calls_at_abort <= 1
+    assert rest[-1].stats.generated_tokens < 400
+
+
+def test_abort_during_a_long_prefill_stops_between_chunks():
+    engine = make_engine()
+    target_calls = CountingForwards(engine.target)
+    polls = 0
+
+    def abort_after_two_chunks() -> bool:
+        nonlocal polls
+        polls += 1
+        return polls > 2
+
+    prompt = tuple(i % 48 for i in range(200))  # 25 chunks of 8
+    final = list(engine.generate(CompletionRequest("p", prompt, LONG), abort_after_two_chunks))[-1]
+    assert final.reason == "aborted"
+    assert target_calls.calls <= 3
+
+
+async def test_worker_streams_deltas_then_a_final_result():
+    worker = EngineWorker(make_engine)
+    worker.start()
+    assert await worker.wait_ready(30)
+    policy = DraftPolicy(context="t", max_new_tokens=20, stop=StopRule("none"))
+    events = [e async for e in worker.submit(CompletionRequest("w1", (4, 5, 6), policy))]
+    assert isinstance(events[-1], Finished) and events[-1].reason == "max-tokens"
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert len(deltas) >= 2
+    assert "".join(d.delta for d in deltas) == events[-1].text
+    worker.stop()
+
+
+async def test_cancelling_the_consumer_aborts_the_engine_and_the_worker_goes_idle():
+    worker = EngineWorker(make_engine)
+    worker.start()
+    assert await worker.wait_ready(30)
+
+    async def consume():
+        async for _ in worker.submit(CompletionRequest("w2", (7, 8, 9), LONG)):
+            pass
+
+    task = asyncio.create_task(consume())
+    while not worker.busy.is_set():
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(200):
+        if worker.is_idle():
+            break
+        await asyncio.sleep(0.01)
+    assert worker.is_idle()
+    assert len(worker.abort_latencies_s) == 1
+    worker.stop()
+
+
+async def test_a_failing_factory_reports_the_error_instead_of_hanging():
+    def broken(_progress):
+        raise FileNotFoundError("no model at /nowhere")
+
+    worker = EngineWorker(broken)
+    worker.start()
+    assert not await worker.wait_ready(5)
+    assert "no model at /nowhere" in worker.load_error
+    final = [e async for e in worker.submit(CompletionRequest("x", (1,), DraftPolicy()))][-1]
+    assert final.reason == "error" and "no model" in final.error
+    worker.stop()
