@@ -1,1 +1,31 @@
-"""Benchmark harness: datasets, runners, reports and plots."""
+"""Benchmark harness: datasets, runners, reports and plots. `specfill bench <name>`."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> module with `add_arguments(parser)` and `run(args) -> int`; imported lazily so
+# `specfill --help` does not load torch.
+BENCHMARKS = {
+    "engine": ("lsp_server.bench.engine_bench", "tokens/s of specfill vs target alone and transformers"),
+    "lsp": ("lsp_server.bench.lsp_bench", "the real server over stdio while typing"),
+    "policy": ("lsp_server.bench.policy_bench", "syntax policy vs fixed k, per context class"),
+    "peers": ("lsp_server.bench.peers", "specfill vs llama.cpp on the same GGUF files"),
+}
+
+
+def register_benchmarks(subparsers: Any) -> None:
+    for name, (module_name, help_text) in BENCHMARKS.items():
+        parser = subparsers.add_parser(name, help=help_text)
+
+        def run(args, module_name=module_name):
+            return importlib.import_module(module_name).run(args)
+
+        try:
+            importlib.import_module(module_name).add_arguments(parser)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        parser.set_defaults(bench_func=run)

@@ -87,15 +87,15 @@ class EngineWorker:
         return not self.busy.is_set() and self._jobs.empty()
 
     async def _stream(self, job: _Job) -> AsyncIterator[EngineEvent]:
+        finished = False
         try:
-            while True:
+            while not finished:
                 event = await job.events.get()
+                finished = isinstance(event, Finished)
                 yield event
-                if isinstance(event, Finished):
-                    return
         finally:
-            # The consumer went away (cancelled) before the end: stop the work.
-            self.abort(job.request.id)
+            if not finished:  # the consumer went away (cancelled) before the end
+                self.abort(job.request.id)
 
     # -- worker thread ------------------------------------------------------------
 

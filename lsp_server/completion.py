@@ -1,0 +1,163 @@
+"""One inline completion, from cursor to cleaned text, and the generations in flight.
+
+The server's handler only calls `CompletionService.complete`. Here: build the request
+(syntax context -> policy, FIM prompt), run it on the worker, stream cleaned text to the
+client, and keep at most one generation per document: a request at the same
+(version, position) joins the running one, a request anywhere else supersedes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from lsp_server.config import Config
+from lsp_server.documents import Document, DocumentStore
+from lsp_server.engine.types import CompletionRequest, Finished, TextDelta
+from lsp_server.engine.worker import EngineWorker
+from lsp_server.prompt import (ContextBudget, build_fim_prompt, strip_trailing_whitespace_lines,
+                               trim_suffix_overlap)
+from lsp_server.protocol import StreamUpdate
+from lsp_server.server_stats import ServerStats
+from lsp_server.syntax.context import SyntaxContext, classify
+from lsp_server.syntax.policy import PolicyOverrides, describe, policy_for
+
+log = logging.getLogger(__name__)
+_ids = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    uri: str
+    version: int
+    line: int
+    character: int
+
+
+@dataclass(frozen=True)
+class Prepared:
+    request: CompletionRequest
+    context: SyntaxContext
+    suffix: str  # the document after the cursor: what a completion must not repeat
+
+
+@dataclass
+class Generation:
+    cursor: Cursor
+    task: asyncio.Task
+    subscribers: int = 0
+
+
+def clean(text: str, suffix: str) -> str:
+    """What the user sees: no repetition of the text after the cursor, no trailing blank lines."""
+    return strip_trailing_whitespace_lines(trim_suffix_overlap(text, suffix))
+
+
+def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtime: Any) -> Prepared:
+    prefix, suffix = doc.prefix_suffix(cursor.line, cursor.character, encoding)
+    offset = doc.cursor_byte_offset(cursor.line, cursor.character, encoding)
+    context = classify(doc.tree, doc.source, offset, doc.language_id)
+    spec = config.speculation
+    overrides = PolicyOverrides(
+        mode=spec.mode, k=spec.k or None, k_max=spec.kMax or None,
+        max_new_tokens=config.maxNewTokens or None)
+    policy = replace(policy_for(context, overrides), prompt_lookup=spec.promptLookup)
+    window = config.contextWindow
+    prompt = build_fim_prompt(
+        prefix, suffix, runtime.encode, runtime.fim,
+        ContextBudget(window.prefixTokens, window.suffixTokens), window.fimMode)
+    request = CompletionRequest(
+        f"{cursor.uri}#{next(_ids)}", tuple(prompt.ids), policy, config.temperature, config.topP)
+    log.info("completion %s at %d:%d: %s, %d prompt tokens", request.id, cursor.line,
+             cursor.character, describe(context), len(prompt.ids))
+    return Prepared(request, context, suffix)
+
+
+class CompletionService:
+    def __init__(
+        self, documents: DocumentStore, worker_ref: Callable[[], EngineWorker | None],
+        config_ref: Callable[[], Config], notify: Callable[[str, Any], None],
+        tell_user: Callable[[str], None], stats: ServerStats,
+    ):
+        self.documents = documents
+        self.worker_ref = worker_ref
+        self.config_ref = config_ref
+        self.notify = notify
+        self.tell_user = tell_user
+        self.stats = stats
+        self.inflight: dict[str, Generation] = {}
+
+    async def complete(self, cursor: Cursor, encoding: str, msg_id: Any) -> str | None:
+        """The cleaned completion text, or None when there is nothing to offer."""
+        config, worker = self.config_ref(), self.worker_ref()
+        doc = self.documents.get(cursor.uri)
+        if not config.enabled or worker is None:
+            return None
+        if doc is None:
+            self.tell_user(f"specfill: {cursor.uri} is not open on the server; reopen the file.")
+            return None
+        if not await worker.wait_ready(config.readyTimeoutS):
+            why = worker.load_error or f"models still loading after {config.readyTimeoutS:.0f} s"
+            self.tell_user(f"specfill: no completion ({why}). "
+                           + ("Check the model settings or run `specfill doctor`."
+                              if worker.load_error else "Try again in a moment."))
+            return None
+        cursor = replace(cursor, version=doc.version)
+        generation = self.inflight.get(cursor.uri)
+        if generation is None or generation.cursor != cursor or generation.task.done():
+            if generation is not None:
+                generation.task.cancel()  # superseded: the client moved on
+            prepared = prepare(doc, cursor, encoding, config, worker.engine)
+            task = asyncio.create_task(self._run(worker, prepared, cursor, msg_id))
+            generation = self.inflight[cursor.uri] = Generation(cursor, task)
+        return await self._follow(generation)
+
+    async def _follow(self, generation: Generation) -> str | None:
+        generation.subscribers += 1
+        try:
+            return await asyncio.shield(generation.task)
+        except asyncio.CancelledError:
+            generation.subscribers -= 1
+            if generation.subscribers <= 0:
+                generation.task.cancel()  # nobody waits for it any more
+            raise
+        finally:
+            if generation.task.done() and self.inflight.get(generation.cursor.uri) is generation:
+                del self.inflight[generation.cursor.uri]
+
+    async def _run(self, worker: EngineWorker, prepared: Prepared, cursor: Cursor,
+                   msg_id: Any) -> str | None:
+        context = prepared.context.kind.value
+        self.stats.request(context)
+        shown = ""
+        try:
+            final: Finished | None = None
+            async for event in worker.submit(prepared.request):
+                if isinstance(event, TextDelta):
+                    text = clean(event.text, prepared.suffix)
+                    if text != shown and text.strip():
+                        shown = text
+                        self._stream(cursor, msg_id, text, done=False)
+                elif isinstance(event, Finished):
+                    final = event
+        except asyncio.CancelledError:
+            self.stats.outcome(context, "cancelled")
+            raise
+        assert final is not None
+        if final.reason == "error":
+            self.stats.outcome(context, "error", final.stats)
+            self.tell_user(f"specfill: completion failed: {final.error}")
+            return None
+        text = clean(final.text, prepared.suffix)
+        self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats)
+        self._stream(cursor, msg_id, text, done=True)
+        return text if text.strip() else None
+
+    def _stream(self, cursor: Cursor, msg_id: Any, text: str, done: bool) -> None:
+        update = StreamUpdate(cursor.uri, cursor.version,
+                              {"line": cursor.line, "character": cursor.character},
+                              msg_id, text, done)
+        self.notify(update)

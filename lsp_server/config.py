@@ -1,0 +1,139 @@
+"""Server configuration: frozen dataclasses with defaults, built from the client's JSON.
+
+`initializationOptions` and `workspace/didChangeConfiguration` carry the same nested
+shape (camelCase keys, as editors write settings). A bad value never stops the server:
+it is reported and replaced by its default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from lsp_server.models.registry import DEFAULT_PAIR, get_pair
+
+DEFAULT_TARGET = get_pair(DEFAULT_PAIR).target
+DEFAULT_DRAFT = get_pair(DEFAULT_PAIR).draft
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    target: str = DEFAULT_TARGET
+    draft: str = DEFAULT_DRAFT
+    dtype: str = "auto"  # auto | bf16 | fp16 | fp32
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    threads: int = 0  # torch CPU threads; 0 = torch's default
+    cacheDir: str = ""  # "" = $SPECFILL_CACHE or ~/.cache/specfill
+
+
+@dataclass(frozen=True)
+class SpeculationConfig:
+    mode: str = "adaptive"  # adaptive | fixed | off
+    k: int = 0  # 0 = the syntax policy's k for the cursor's context
+    kMax: int = 0  # 0 = the policy's bound
+    promptLookup: bool = True
+
+
+@dataclass(frozen=True)
+class ContextWindow:
+    prefixTokens: int = 1024
+    # Every keystroke re-prefills the whole suffix window (in PSM order it follows the
+    # cursor), so a short one keeps warm latency low; the nearest lines matter most.
+    suffixTokens: int = 64
+    # psm: the order Qwen2.5-Coder was trained on. spm would keep the prompt a growing
+    # token prefix while typing, but measured here the model answers SPM prompts with an
+    # immediate end-of-text (examples/inventory.py: psm completes the body, spm gives "\n").
+    fimMode: str = "psm"
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
+    contextWindow: ContextWindow = field(default_factory=ContextWindow)
+    maxNewTokens: int = 0  # 0 = the policy's budget for the context
+    temperature: float = 0.0
+    topP: float = 1.0
+    readyTimeoutS: float = 120.0  # how long an early request waits for the models
+    enabled: bool = True
+
+
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "model.dtype": ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32"),
+    "speculation.mode": ("adaptive", "fixed", "off"),
+    "contextWindow.fimMode": ("spm", "psm"),
+}
+_RANGES: dict[str, tuple[float, float]] = {
+    "model.threads": (0, 256),
+    "speculation.k": (0, 32),
+    "speculation.kMax": (0, 32),
+    "contextWindow.prefixTokens": (16, 32768),
+    "contextWindow.suffixTokens": (0, 32768),
+    "maxNewTokens": (0, 4096),
+    "temperature": (0.0, 5.0),
+    "topP": (0.01, 1.0),
+    "readyTimeoutS": (0.0, 3600.0),
+}
+
+
+def _check(path: str, default: Any, value: Any) -> str | None:
+    """None when `value` is acceptable for the field whose default is `default`."""
+    kind = type(default)
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, kind)
+    if not ok:
+        return f"{path} must be a {kind.__name__}, got {value!r}"
+    if path in _CHOICES and value not in _CHOICES[path]:
+        return f"{path} must be one of {', '.join(_CHOICES[path])}, got {value!r}"
+    if path == "model.device" and not (value in ("auto", "cpu") or value.startswith("cuda")):
+        return f"model.device must be auto, cpu or cuda[:N], got {value!r}"
+    lo, hi = _RANGES.get(path, (None, None))
+    if lo is not None and not lo <= value <= hi:
+        return f"{path} must be between {lo} and {hi}, got {value!r}"
+    return None
+
+
+def _merge(obj: Any, data: Any, prefix: str, errors: list[str]) -> Any:
+    if not isinstance(data, dict):
+        errors.append(f"{prefix or 'settings'} must be an object, got {data!r}")
+        return obj
+    known = {f.name: f for f in fields(obj)}
+    changes = {}
+    for key, value in data.items():
+        path = f"{prefix}.{key}" if prefix else key
+        if key not in known:
+            errors.append(f"unknown setting {path!r} ignored")
+            continue
+        current = getattr(obj, key)
+        if hasattr(current, "__dataclass_fields__"):
+            changes[key] = _merge(current, value, path, errors)
+            continue
+        problem = _check(path, current, value)
+        if problem:
+            errors.append(f"{problem}; using the default {current!r}")
+        else:
+            changes[key] = float(value) if isinstance(current, float) else value
+    return replace(obj, **changes)
+
+
+def config_from_options(options: Any, base: Config | None = None) -> tuple[Config, list[str]]:
+    """Apply the client's settings over `base` (defaults). Returns the config and the
+    problems found, each a sentence the user can act on."""
+    errors: list[str] = []
+    if options is None:
+        return base or Config(), errors
+    return _merge(base or Config(), options, "", errors), errors
+
+
+def model_identity(config: Config) -> tuple:
+    """The settings that need the models reloaded when they change."""
+    m = config.model
+    return (m.target, m.draft, m.dtype, m.device, m.cacheDir)
+
+

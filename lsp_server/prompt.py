@@ -1,0 +1,364 @@
+"""Fill-in-the-middle prompts within a token budget, and completion clean-up.
+
+Tokenizer-agnostic: callers pass `encode(text) -> ids` (it should not turn text that merely
+looks like `<|fim_prefix|>` into special tokens; with transformers use
+`split_special_tokens=True`) and the model's FIM token ids.
+
+Two things shape the window:
+- Nearest code wins. The prefix keeps its tail and the suffix its head, cut at line
+  boundaries. Only when no more than the cursor line fits is a line cut inside, on a str
+  index, so never inside a code point.
+- KV-cache reuse. The prefix window starts on a coarse grid of lines counted from the top
+  of the file (every `block_lines`-th line). While the user types, the start stays put
+  until the window overflows, then drops a whole block. In SPM order
+  (`<fim_suffix>{suffix}<fim_prefix>{prefix}<fim_middle>`) typing only grows the prompt near
+  its end, so consecutive prompts share all but their last few tokens and the engine
+  re-prefills only those. In PSM order everything after the cursor is re-prefilled on each
+  keystroke. Which order the model completes better is for the benchmarks to say.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Sequence
+
+Encode = Callable[[str], list[int]]
+FimMode = Literal["psm", "spm"]
+
+_EOL = re.compile(r"\r\n|\r|\n")
+# A piece averaging more characters per token than this is taken not to fit, without
+# encoding it: it keeps huge files from being encoded whole.
+_MAX_CHARS_PER_TOKEN = 16.0
+# Starting guess of characters per token for code, corrected by measurements of at least
+# `_MIN_SAMPLE_TOKENS` tokens.
+_CHARS_PER_TOKEN_GUESS = 3.5
+_MIN_SAMPLE_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class FimTokens:
+    prefix: int
+    suffix: int
+    middle: int
+
+
+# Qwen2.5-Coder: <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>.
+QWEN_FIM = FimTokens(prefix=151659, suffix=151661, middle=151660)
+
+
+@dataclass(frozen=True)
+class ContextBudget:
+    prefix_tokens: int = 1024
+    suffix_tokens: int = 256
+    # The prefix window starts on every `block_lines`-th line of the file.
+    block_lines: int = 16
+
+
+@dataclass(frozen=True)
+class FimPrompt:
+    ids: list[int]
+    prefix: str  # the prefix text in the prompt: a tail of the given prefix
+    suffix: str  # the suffix text in the prompt: a head of the given suffix
+    prefix_tokens: int
+    suffix_tokens: int
+    mode: FimMode
+    prefix_start: int  # where `prefix` starts in the given prefix (0: nothing dropped)
+    suffix_end: int  # where `suffix` ends in the given suffix
+
+    @property
+    def total_tokens(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class _Meter:
+    """Counts tokens against one budget, encoding as little as it can."""
+
+    encode: Encode
+    budget: int
+    chars_per_token: float = _CHARS_PER_TOKEN_GUESS
+    _ids: dict[str, list[int]] = field(default_factory=dict)
+    _sampled: bool = False
+
+    def fits(self, piece: str) -> bool:
+        # Every token covers at least one UTF-8 byte (byte-level BPE, byte fallback), so a
+        # piece with no more bytes than the budget fits without encoding it.
+        if len(piece) <= self.budget and len(piece.encode("utf-8", "surrogatepass")) <= self.budget:
+            return True
+        if len(piece) > self.reach():
+            return False
+        return len(self.ids(piece)) <= self.budget
+
+    def ids(self, piece: str) -> list[int]:
+        if piece not in self._ids:
+            ids = self.encode(piece)
+            # Tiny pieces (a short cursor line) say little about the file's density.
+            if len(ids) >= _MIN_SAMPLE_TOKENS or (ids and not self._sampled):
+                self.chars_per_token, self._sampled = len(piece) / len(ids), True
+            self._ids[piece] = ids
+        return self._ids[piece]
+
+    def estimated_chars(self) -> float:
+        return self.budget * self.chars_per_token
+
+    def reach(self) -> int:
+        """No piece longer than this many characters can fit."""
+        return int(self.budget * _MAX_CHARS_PER_TOKEN)
+
+
+def _first_true(count: int, pred: Callable[[int], bool], guess: int) -> int:
+    """Smallest i in [0, count) with pred(i), for pred monotone (False... True...) with
+    pred(count - 1) True. Gallops out from `guess`, so a good guess costs about two calls."""
+    guess = min(max(guess, 0), count - 1)
+    if pred(guess):
+        hi, lo, step = guess, guess - 1, 1
+        while lo >= 0 and pred(lo):
+            hi, step = lo, step * 2
+            lo = hi - step
+        lo = max(lo, -1)
+    else:
+        lo, hi, step = guess, guess + 1, 1
+        while hi < count - 1 and not pred(hi):
+            lo, step = hi, step * 2
+            hi = lo + step
+        hi = min(hi, count - 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pred(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def _most_context(
+    cuts: Sequence[int], size: Callable[[int], int], piece: Callable[[int], str], meter: _Meter
+) -> int | None:
+    """The cut in `cuts` (ordered from most to least context) keeping the most text that
+    fits, or None when even the last does not. Sizes in characters give the first guess;
+    only pieces near the boundary are encoded."""
+    if not cuts or not meter.fits(piece(cuts[-1])):
+        return None
+    cache: dict[int, bool] = {}
+
+    def fits_at(index: int) -> bool:
+        if index not in cache:
+            cache[index] = meter.fits(piece(cuts[index]))
+        return cache[index]
+
+    def estimate() -> int:
+        # Sizes fall along `cuts`: the first cut whose size is within the estimate.
+        index = bisect_left(cuts, -meter.estimated_chars(), key=lambda cut: -size(cut))
+        return min(index, len(cuts) - 1)
+
+    # Each measurement corrects the density; re-aim once or twice before searching.
+    guess = estimate()
+    for _ in range(2):
+        fits_at(guess)
+        better = estimate()
+        if better == guess:
+            break
+        guess = better
+    return cuts[_first_true(len(cuts), fits_at, guess)]
+
+
+def _content_end(text: str, start: int) -> int:
+    """Where the line containing str index `start` ends, before its line break."""
+    eol = _EOL.search(text, start)
+    return eol.start() if eol else len(text)
+
+
+def _tail_line_starts(text: str, floor: int) -> tuple[list[int], int]:
+    """The line starts at or after `floor`, and the line number of the first: only the
+    tail of a big file is scanned, line numbers still count from its top."""
+    if floor <= 0:
+        return [0] + [eol.end() for eol in _EOL.finditer(text)], 0
+    first = _EOL.search(text, floor)
+    if first is None:
+        return [], 0
+    # Every line break is \n, \r, or \r\n counted once; `first` ends a whole one.
+    line = text.count("\n", 0, first.end()) + text.count("\r", 0, first.end())
+    line -= text.count("\r\n", 0, first.end())
+    return [first.end()] + [eol.end() for eol in _EOL.finditer(text, first.end())], line
+
+
+def _prefix_start(prefix: str, budget: ContextBudget, meter: _Meter) -> int:
+    """Where the prefix window starts: the earliest grid line whose tail fits. Only when
+    none does (the lines nearest the cursor are long): the earliest line start after the
+    last grid line; and when that leaves only the cursor line, what fits of the line above."""
+    if meter.budget <= 0 or not prefix:
+        return len(prefix)
+    size, piece = (lambda cut: len(prefix) - cut), (lambda cut: prefix[cut:])
+    floor = max(len(prefix) - meter.reach(), 0)
+    starts, first_line = _tail_line_starts(prefix, floor)
+    block = max(budget.block_lines, 1)
+    grid = [start for line, start in enumerate(starts, first_line) if line % block == 0]
+    cut = _most_context(grid, size, piece, meter)
+    if cut is not None:
+        return cut
+    cut = _most_context([start for start in starts if not grid or start > grid[-1]],
+                        size, piece, meter)
+    if cut is not None and cut < starts[-1]:
+        return cut
+    # At most the cursor line fits: keep the tail of the line that does not.
+    if cut is None:
+        low, high = (starts[-1] if starts else floor), len(prefix)
+    else:
+        low = starts[-2] if len(starts) > 1 else floor
+        high = _content_end(prefix, low)
+    inner = _most_context(range(low + 1, high + 1), size, piece, meter)
+    if inner is not None:
+        return inner
+    return cut if cut is not None else len(prefix)
+
+
+def _suffix_end(suffix: str, budget: ContextBudget, meter: _Meter) -> int:
+    """Where the suffix window ends: after the last whole line that fits; when at most the
+    first line fits, what fits of the next line that does not."""
+    if meter.budget <= 0 or not suffix:
+        return 0
+    size, piece = (lambda cut: cut), (lambda cut: suffix[:cut])
+    reach = meter.reach()
+    ends = []
+    for eol in _EOL.finditer(suffix):
+        if eol.end() > reach:
+            break
+        ends.append(eol.end())
+    if len(suffix) <= reach and (not ends or ends[-1] != len(suffix)):
+        ends.append(len(suffix))
+    cut = _most_context(ends[::-1], size, piece, meter)
+    if cut is not None and (cut == len(suffix) or cut > ends[0]):
+        return cut
+    # At most the first line fits: keep the head of the line that does not.
+    split = cut if cut is not None else 0
+    inner = _most_context(range(_content_end(suffix, split), split, -1), size, piece, meter)
+    if inner is not None:
+        return inner
+    return cut if cut is not None else 0
+
+
+def build_fim_prompt(
+    prefix: str,
+    suffix: str,
+    encode: Encode,
+    fim: FimTokens,
+    budget: ContextBudget = ContextBudget(),
+    mode: FimMode = "psm",
+) -> FimPrompt:
+    """The FIM prompt for a cursor between `prefix` and `suffix` (the whole document's text
+    before and after it: line numbers count from the top of `prefix`)."""
+    if mode not in ("psm", "spm"):
+        raise ValueError(f"FIM mode must be 'psm' or 'spm', not {mode!r}")
+    prefix_meter = _Meter(encode, budget.prefix_tokens)
+    start = _prefix_start(prefix, budget, prefix_meter)
+    prefix_ids = prefix_meter.ids(prefix[start:]) if start < len(prefix) else []
+    suffix_meter = _Meter(encode, budget.suffix_tokens, prefix_meter.chars_per_token)
+    end = _suffix_end(suffix, budget, suffix_meter)
+    suffix_ids = suffix_meter.ids(suffix[:end]) if end > 0 else []
+    if mode == "psm":
+        ids = [fim.prefix, *prefix_ids, fim.suffix, *suffix_ids, fim.middle]
+    else:
+        ids = [fim.suffix, *suffix_ids, fim.prefix, *prefix_ids, fim.middle]
+    return FimPrompt(
+        ids=ids,
+        prefix=prefix[start:],
+        suffix=suffix[:end],
+        prefix_tokens=len(prefix_ids),
+        suffix_tokens=len(suffix_ids),
+        mode=mode,
+        prefix_start=start,
+        suffix_end=end,
+    )
+
+
+# --- post-processing -------------------------------------------------------------------
+
+
+def is_blank(text: str) -> bool:
+    return not text.strip()
+
+
+def strip_trailing_whitespace_lines(text: str) -> str:
+    """Drop the whitespace-only lines at the end, with the line break before them; the last
+    line with content keeps its own trailing spaces (the user may be mid-expression)."""
+    match = re.search(r"(?:\r\n|\r|\n)\s*\Z", text)
+    return text[: match.start()] if match else text
+
+
+def _normalize_eols(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _repeats_suffix_head(overlap: str, min_overlap: int) -> bool:
+    """Whether a completion tail equal to the start of the suffix is surely a repetition: it
+    crosses a line break, or is long enough not to be the one closing `)` the middle needs."""
+    return "\n" in overlap or len(overlap.strip()) >= min_overlap
+
+
+def _trim_exact_overlap(completion: str, suffix: str, min_overlap: int) -> str:
+    """Cut the longest tail of `completion` that is also the start of `suffix`."""
+    suffix = _normalize_eols(suffix)
+    for start in range(len(completion)):
+        overlap = completion[start:]
+        if suffix.startswith(overlap) and _repeats_suffix_head(overlap, min_overlap):
+            return completion[:start]
+    return completion
+
+
+def _is_distinctive(line: str, min_overlap: int) -> bool:
+    stripped = line.strip()
+    return len(stripped) >= min_overlap and any(ch.isalnum() for ch in stripped)
+
+
+def _repeated_line_cut(
+    completion: str, suffix: str, min_overlap: int, min_lines: int
+) -> int | None:
+    """Offset in `completion` of the first line that starts repeating the suffix's lines
+    (those after the cursor line, blank ones skipped at the start), or None."""
+    suffix_lines = _normalize_eols(suffix).split("\n")[1:]
+    while suffix_lines and is_blank(suffix_lines[0]):
+        suffix_lines.pop(0)
+    suffix_lines = [line.rstrip() for line in suffix_lines]
+    if not suffix_lines:
+        return None
+    lines = _normalize_eols(completion).split("\n")
+    offsets = [0] + [eol.end() for eol in _EOL.finditer(completion)]
+    last_content = max((i for i, line in enumerate(lines) if not is_blank(line)), default=0)
+    for index in range(1, last_content + 1):
+        if is_blank(lines[index]):
+            continue
+        matched = 0
+        while (
+            index + matched < len(lines)
+            and matched < len(suffix_lines)
+            and lines[index + matched].rstrip() == suffix_lines[matched]
+        ):
+            matched += 1
+        needed = min(min_lines, last_content - index + 1, len(suffix_lines))
+        if matched >= needed or (matched and _is_distinctive(lines[index], min_overlap)):
+            return offsets[index]
+    return None
+
+
+def trim_suffix_overlap(
+    completion: str, suffix: str, *, min_overlap: int = 4, min_lines: int = 2
+) -> str:
+    """Cut the completion where it starts repeating the text after the cursor.
+
+    Two ways a model repeats the suffix:
+    - its tail is exactly the start of the suffix (the rest of the cursor line, say `)\\n`,
+      and maybe more lines): cut that tail when it crosses a line break or has at least
+      `min_overlap` non-blank characters, since a lone `)` may be one the middle needs;
+    - a later line starts a run of the suffix's next lines (compared without trailing
+      whitespace): cut before it when the run is `min_lines` long, reaches the end of the
+      completion, or starts with a distinctive line (not just `}` or `else:`). The suffix
+      already holds the line break before that line, so the one before the cut goes too.
+    """
+    cut = _repeated_line_cut(completion, suffix, min_overlap, min_lines)
+    if cut is None:
+        return _trim_exact_overlap(completion, suffix, min_overlap)
+    head = completion[:cut]
+    trimmed = _trim_exact_overlap(head, suffix, min_overlap)
+    return trimmed if trimmed != head else strip_trailing_whitespace_lines(head)

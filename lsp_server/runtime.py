@@ -1,0 +1,58 @@
+"""Build the engine from the configuration. Runs on the worker thread (it loads torch)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from lsp_server.config import Config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """What the server needs from a loaded engine: the engine itself, how to encode
+    prompts, and the model's fill-in-the-middle token ids."""
+
+    engine: Any  # lsp_server.engine.speculative.SpeculativeEngine
+    encode: Callable[[str], list[int]]
+    fim: Any  # lsp_server.prompt.FimTokens
+    description: list[str]
+
+    def generate(self, request: Any, should_abort: Callable[[], bool]):
+        """The worker drives anything with this method."""
+        return self.engine.generate(request, should_abort)
+
+
+def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
+    from lsp_server.engine.speculative import SpeculativeEngine
+    from lsp_server.models.loader import load_pair
+    from lsp_server.prompt import FimTokens
+
+    m = config.model
+    progress(f"loading {m.target} (target) and {m.draft} (draft)")
+    pair = load_pair(m.target, m.draft, dtype=m.dtype, device=m.device,
+                     cache_dir=m.cacheDir or None)
+    special = pair.special_tokens
+    missing = [t for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>") if t not in special]
+    if missing:
+        raise ValueError(
+            f"{m.target} has no fill-in-the-middle tokens ({', '.join(missing)}); "
+            "choose a FIM-trained code model")
+    fim = FimTokens(special["<|fim_prefix|>"], special["<|fim_suffix|>"], special["<|fim_middle|>"])
+    # Any FIM marker in the output means the model has left the middle: stop there too.
+    stop_ids = set(pair.stop_ids) | {fim.prefix, fim.suffix, fim.middle}
+    engine = SpeculativeEngine(pair.target, pair.draft, pair.tokenizer, sorted(stop_ids))
+    tokenizer = pair.tokenizer
+
+    def encode(text: str) -> list[int]:
+        # Text that merely looks like a special token stays text.
+        return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
+
+    lines = pair.info.lines()
+    for line in lines:
+        progress(line)
+    return Runtime(engine, encode, fim, lines)
+

@@ -1,0 +1,109 @@
+"""Totals since start, per syntax context, and the last completion: `specfill/stats`."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from lsp_server.engine.types import Stats, percentile
+
+
+@dataclass
+class _Tally:
+    requests: int = 0
+    completions: int = 0
+    cancelled: int = 0
+    empty: int = 0
+    errors: int = 0
+    generated_tokens: int = 0
+    rounds: int = 0
+    plain_rounds: int = 0
+    speculative_rounds: int = 0
+    prefilled_tokens: int = 0
+    prompt_tokens: int = 0
+    decode_s: float = 0.0
+    k_sum: int = 0
+    drafters: dict[str, dict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: {"drafted": 0, "accepted": 0, "rounds": 0}))
+    ttft_s: list[float] = field(default_factory=list)
+    itl_s: list[float] = field(default_factory=list)
+
+    def add(self, stats: Stats) -> None:
+        self.generated_tokens += stats.generated_tokens
+        self.rounds += stats.rounds
+        self.plain_rounds += stats.plain_rounds
+        self.speculative_rounds += stats.speculative_rounds
+        self.prefilled_tokens += stats.prefilled_tokens
+        self.prompt_tokens += stats.prompt_tokens
+        self.decode_s += stats.total_s
+        self.k_sum += sum(stats.k_trace)
+        for name, d in stats.drafters.items():
+            row = self.drafters[name]
+            row["drafted"] += d.drafted
+            row["accepted"] += d.accepted
+            row["rounds"] += d.rounds
+        if stats.ttft_s is not None:
+            self.ttft_s.append(stats.ttft_s)
+        self.itl_s.extend(stats.inter_token_latencies())
+
+    def to_json(self) -> dict[str, Any]:
+        drafted = sum(d["drafted"] for d in self.drafters.values())
+        accepted = sum(d["accepted"] for d in self.drafters.values())
+        ttft, itl = sorted(self.ttft_s), sorted(self.itl_s)
+        return {
+            "requests": self.requests, "completions": self.completions,
+            "cancelled": self.cancelled, "empty": self.empty, "errors": self.errors,
+            "generated_tokens": self.generated_tokens, "rounds": self.rounds,
+            "plain_rounds": self.plain_rounds, "speculative_rounds": self.speculative_rounds,
+            "prompt_tokens": self.prompt_tokens, "prefilled_tokens": self.prefilled_tokens,
+            "drafted": drafted, "accepted": accepted,
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "mean_accepted_per_round": (
+                accepted / self.speculative_rounds if self.speculative_rounds else 0.0),
+            "mean_k": self.k_sum / self.speculative_rounds if self.speculative_rounds else 0.0,
+            "drafters": {
+                name: {**row, "acceptance_rate": row["accepted"] / row["drafted"] if row["drafted"] else 0.0}
+                for name, row in self.drafters.items()},
+            "tokens_per_s": self.generated_tokens / self.decode_s if self.decode_s else 0.0,
+            "ttft_p50_s": percentile(ttft, 50), "ttft_p95_s": percentile(ttft, 95),
+            "itl_p50_s": percentile(itl, 50), "itl_p95_s": percentile(itl, 95),
+        }
+
+
+class ServerStats:
+    def __init__(self) -> None:
+        self.totals = _Tally()
+        self.by_context: dict[str, _Tally] = defaultdict(_Tally)
+        self.last: dict[str, Any] | None = None
+
+    def request(self, context: str) -> None:
+        self.totals.requests += 1
+        self.by_context[context].requests += 1
+
+    def outcome(self, context: str, kind: str, stats: Stats | None = None) -> None:
+        """kind: completion | empty | cancelled | error"""
+        for tally in (self.totals, self.by_context[context]):
+            if kind == "completion":
+                tally.completions += 1
+            elif kind == "empty":
+                tally.empty += 1
+            elif kind == "cancelled":
+                tally.cancelled += 1
+            else:
+                tally.errors += 1
+            if stats is not None:
+                tally.add(stats)
+        if stats is not None and kind in ("completion", "empty"):
+            self.last = {"context": context, **stats.to_dict()}
+
+    def to_json(self, engine_memory: dict | None = None) -> dict[str, Any]:
+        return {
+            "totals": self.totals.to_json(),
+            "by_context": {c: t.to_json() for c, t in sorted(self.by_context.items())},
+            "last": self.last,
+            "acceptance_memory": engine_memory or {},
+            "rss_bytes": psutil.Process().memory_info().rss,
+        }

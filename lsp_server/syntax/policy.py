@@ -1,0 +1,114 @@
+"""SyntaxContext -> DraftPolicy: one plain table, and the user's overrides on top.
+
+Boilerplate (imports, signatures, decorators, literals, repeated members) is predictable:
+draft many tokens per round. Complex bodies are not: draft few. Prose (strings, docstrings,
+comments) has high entropy: draft little and fall back to plain decoding sooner. The stop
+rule is decided here, before generating, from where the cursor is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from lsp_server.engine.types import DraftPolicy, StopKind, StopRule
+from lsp_server.syntax.context import ContextKind, SyntaxContext
+
+Mode = Literal["adaptive", "fixed", "off"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+
+@dataclass(frozen=True)
+class PolicyRow:
+    k_init: int  # draft tokens per round to start with
+    k_min: int  # the controller's bounds for k
+    k_max: int
+    max_new_tokens: int  # token budget
+    stop_mid_line: StopKind  # stop rule when the cursor follows text on its line
+    stop_at_line_start: StopKind  # ... and when it starts a (blank) line
+    draft_p_min: float  # end a draft round when the draft's top-1 probability drops below
+    entropy_high: float  # target entropy (nats) above which to decode plainly
+    entropy_low: float  # ... and below which to speculate again
+
+
+K = ContextKind
+# Starting points, to be tuned by `specfill bench policy`.
+POLICY: dict[ContextKind, PolicyRow] = {
+    #                         k_init k_min k_max tokens mid-line     line start p_min H_high H_low
+    K.IMPORT:       PolicyRow(6,     2,    10,   32,    "line",      "line",    0.4,  3.0,   1.5),
+    K.SIGNATURE:    PolicyRow(6,     2,    10,   48,    "line",      "block",   0.4,  3.0,   1.5),
+    K.DECORATOR:    PolicyRow(6,     2,    10,   32,    "line",      "line",    0.4,  3.0,   1.5),
+    K.COLLECTION:   PolicyRow(6,     2,    12,   96,    "line",      "block",   0.4,  3.0,   1.5),
+    K.CALL_ARGS:    PolicyRow(4,     1,    8,    48,    "line",      "block",   0.5,  2.5,   1.2),
+    K.SIMPLE_BODY:  PolicyRow(6,     2,    10,   128,   "statement", "block",   0.4,  2.8,   1.4),
+    K.COMPLEX_BODY: PolicyRow(2,     1,    4,    128,   "statement", "block",   0.6,  2.2,   1.0),
+    K.STRING:       PolicyRow(2,     1,    4,    32,    "line",      "line",    0.6,  1.8,   0.9),
+    K.DOCSTRING:    PolicyRow(2,     1,    4,    64,    "line",      "block",   0.6,  1.8,   0.9),
+    K.COMMENT:      PolicyRow(2,     1,    4,    32,    "line",      "line",    0.6,  1.8,   0.9),
+    K.UNKNOWN:      PolicyRow(4,     1,    8,    64,    "statement", "block",   0.5,  2.5,   1.2),
+}
+
+
+@dataclass(frozen=True)
+class PolicyOverrides:
+    """What the user's configuration may force. None keeps the table's value."""
+
+    mode: Mode | None = None
+    k: int | None = None  # initial k (the constant k in "fixed" mode)
+    k_max: int | None = None  # caps the table's k_max
+    max_new_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode is not None and self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        for name in ("k", "k_max", "max_new_tokens"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a whole number >= 1, got {value!r}")
+
+
+def policy_for(ctx: SyntaxContext, overrides: PolicyOverrides | None = None) -> DraftPolicy:
+    row = POLICY[ctx.kind]
+    user = overrides or PolicyOverrides()
+    k_max = row.k_max if user.k_max is None else min(row.k_max, user.k_max)
+    if user.k is not None and user.k_max is None:
+        k_max = max(k_max, user.k)  # an explicit k is honoured unless the user also capped it
+    k_init = min(user.k if user.k is not None else row.k_init, k_max)
+    k_min = min(row.k_min, k_init)
+    mode = user.mode or "adaptive"
+    if mode == "fixed":
+        k_min = k_max = k_init
+    return DraftPolicy(
+        context=ctx.kind.value,
+        k_init=k_init,
+        k_min=k_min,
+        k_max=k_max,
+        max_new_tokens=user.max_new_tokens or row.max_new_tokens,
+        stop=stop_rule(ctx, row),
+        draft_p_min=row.draft_p_min,
+        entropy_high=row.entropy_high,
+        entropy_low=row.entropy_low,
+        mode=mode,
+    )
+
+
+def stop_rule(ctx: SyntaxContext, row: PolicyRow | None = None) -> StopRule:
+    """Text after the cursor means the completion must fit in this line; otherwise the
+    table says, by whether the cursor starts a line. A block ends at the dedent back to its
+    header line (column 0 at top level: one top-level statement)."""
+    row = row or POLICY[ctx.kind]
+    if ctx.line_suffix.strip():
+        return StopRule("line")
+    kind = row.stop_at_line_start if ctx.at_line_start else row.stop_mid_line
+    if kind == "block":
+        return StopRule("block", base_indent=max(ctx.block_indent, 0))
+    return StopRule(kind)
+
+
+def describe(ctx: SyntaxContext) -> str:
+    """One line for logs: `call_args python node=argument_list indent=4 block=0 ...`."""
+    return (
+        f"{ctx.kind.value} {ctx.language} node={ctx.node_type} indent={ctx.line_indent} "
+        f"block={ctx.block_indent} depth={ctx.control_depth} ops={ctx.op_density:g} "
+        f"prefix={ctx.line_prefix[-40:]!r} suffix={ctx.line_suffix[:20]!r}"
+    )

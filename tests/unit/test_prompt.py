@@ -1,0 +1,309 @@
+"""FIM prompt windows within a token budget, stability while typing, and completion clean-up."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+import zlib
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lsp_server.prompt import (
+    QWEN_FIM,
+    ContextBudget,
+    FimTokens,
+    build_fim_prompt,
+    is_blank,
+    strip_trailing_whitespace_lines,
+    trim_suffix_overlap,
+)
+
+FIM = FimTokens(prefix=-1, suffix=-2, middle=-3)  # ids no text token can have
+_PIECES = re.compile(r" ?\w{1,4}|\s+|[^\w\s]")
+# Real code, the same on every machine that runs the tests.
+SOURCE = Path(textwrap.__file__).read_text(encoding="utf-8")
+
+
+def bpe_like(text: str) -> list[int]:
+    """A stand-in tokenizer with BPE's relevant habit: appending text only changes the
+    last tokens. About 3 characters per token on code."""
+    return [zlib.crc32(piece.encode()) % 100_000 for piece in _PIECES.findall(text)]
+
+
+def byte_tokens(text: str) -> list[int]:
+    return list(text.encode("utf-8"))
+
+
+class CountingEncoder:
+    def __init__(self, encode=bpe_like) -> None:
+        self.encode, self.lengths = encode, []
+
+    def __call__(self, text: str) -> list[int]:
+        self.lengths.append(len(text))
+        return self.encode(text)
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    length = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        length += 1
+    return length
+
+
+def line_index(text: str, offset: int) -> int:
+    return len(re.findall(r"\r\n|\r|\n", text[:offset]))
+
+
+def cursor_in_middle_of_source() -> int:
+    """Mid-line, inside a function body, about halfway down the file."""
+    line_start = SOURCE.index("\n", len(SOURCE) // 2) + 1
+    return SOURCE.index("(", line_start) + 1
+
+
+# --- layout ------------------------------------------------------------------------------
+
+
+def test_small_context_is_kept_whole_in_psm_order():
+    prefix, suffix = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"
+    prompt = build_fim_prompt(prefix, suffix, bpe_like, FIM, ContextBudget(), "psm")
+    assert prompt.ids == [-1, *bpe_like(prefix), -2, *bpe_like(suffix), -3]
+    assert (prompt.prefix, prompt.suffix) == (prefix, suffix)
+    assert (prompt.prefix_start, prompt.suffix_end) == (0, len(suffix))
+    assert prompt.total_tokens == prompt.prefix_tokens + prompt.suffix_tokens + 3
+
+
+def test_spm_order_puts_the_suffix_first():
+    prefix, suffix = "x = [", "]\n"
+    prompt = build_fim_prompt(prefix, suffix, bpe_like, FIM, ContextBudget(), "spm")
+    assert prompt.ids == [-2, *bpe_like(suffix), -1, *bpe_like(prefix), -3]
+
+
+def test_qwen_fim_token_ids():
+    assert (QWEN_FIM.prefix, QWEN_FIM.suffix, QWEN_FIM.middle) == (151659, 151661, 151660)
+
+
+def test_unknown_mode_is_refused():
+    with pytest.raises(ValueError, match="psm"):
+        build_fim_prompt("a", "b", bpe_like, FIM, ContextBudget(), "pms")  # type: ignore[arg-type]
+
+
+def test_zero_budgets_give_empty_windows():
+    prompt = build_fim_prompt("abc\n", "def\n", bpe_like, FIM, ContextBudget(0, 0), "psm")
+    assert prompt.ids == [-1, -2, -3] and prompt.prefix == prompt.suffix == ""
+
+
+# --- windows ----------------------------------------------------------------------------
+
+
+def test_prefix_window_keeps_the_code_nearest_the_cursor_from_a_grid_line():
+    cursor = cursor_in_middle_of_source()
+    prefix, suffix = SOURCE[:cursor], SOURCE[cursor:]
+    budget = ContextBudget(prefix_tokens=400, suffix_tokens=100, block_lines=8)
+    prompt = build_fim_prompt(prefix, suffix, bpe_like, FIM, budget, "psm")
+    assert prefix.endswith(prompt.prefix) and prompt.prefix_start > 0
+    assert prompt.prefix_tokens == len(bpe_like(prompt.prefix)) <= 400
+    assert prefix[prompt.prefix_start - 1] == "\n"
+    start_line = line_index(prefix, prompt.prefix_start)
+    assert start_line % 8 == 0
+    # One more block would not have fitted: the window is as large as the grid allows.
+    earlier = prefix.splitlines(keepends=True)[start_line - 8:start_line]
+    assert len(bpe_like("".join(earlier) + prompt.prefix)) > 400
+
+
+def test_suffix_window_ends_after_the_last_whole_line_that_fits():
+    cursor = cursor_in_middle_of_source()
+    suffix = SOURCE[cursor:]
+    budget = ContextBudget(prefix_tokens=50, suffix_tokens=120)
+    prompt = build_fim_prompt(SOURCE[:cursor], suffix, bpe_like, FIM, budget, "psm")
+    assert suffix.startswith(prompt.suffix) and prompt.suffix.endswith("\n")
+    assert prompt.suffix_tokens == len(bpe_like(prompt.suffix)) <= 120
+    next_line_end = suffix.index("\n", prompt.suffix_end) + 1
+    assert len(bpe_like(suffix[:next_line_end])) > 120
+
+
+def test_a_line_longer_than_the_budget_is_cut_on_a_character_boundary():
+    line = "s = '" + ("\U0001F600中é" * 200) + "'"
+    prefix, suffix = "import os\n" + line[:500], line[500:] + "\nprint(s)\n"
+    budget = ContextBudget(prefix_tokens=101, suffix_tokens=53)
+    prompt = build_fim_prompt(prefix, suffix, byte_tokens, FIM, budget, "psm")
+    assert prefix.endswith(prompt.prefix) and suffix.startswith(prompt.suffix)
+    assert 101 - 4 < prompt.prefix_tokens <= 101 and 53 - 4 < prompt.suffix_tokens <= 53
+    # Byte tokens decode back to the exact text: no character was split.
+    prefix_bytes = bytes(prompt.ids[1:1 + prompt.prefix_tokens])
+    assert prefix_bytes.decode("utf-8") == prompt.prefix
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(list("ab (){}:=\n\r\t") + ["\U0001F600", "中", "\r\n"]),
+                  max_size=400).map("".join),
+    cursor=st.floats(0, 1),
+    prefix_tokens=st.integers(0, 80),
+    suffix_tokens=st.integers(0, 40),
+    block_lines=st.integers(1, 6),
+    encode=st.sampled_from([bpe_like, byte_tokens]),
+)
+def test_windows_are_tail_and_head_within_budget(
+    text, cursor, prefix_tokens, suffix_tokens, block_lines, encode
+):
+    at = int(cursor * len(text))
+    prefix, suffix = text[:at], text[at:]
+    budget = ContextBudget(prefix_tokens, suffix_tokens, block_lines)
+    prompt = build_fim_prompt(prefix, suffix, encode, FIM, budget, "spm")
+    assert prompt.prefix == prefix[prompt.prefix_start:]
+    assert prompt.suffix == suffix[:prompt.suffix_end]
+    assert prompt.prefix_tokens == len(encode(prompt.prefix)) <= prefix_tokens
+    assert prompt.suffix_tokens == len(encode(prompt.suffix)) <= suffix_tokens
+    if len(encode(prefix)) <= prefix_tokens:
+        assert prompt.prefix == prefix
+    if len(encode(suffix)) <= suffix_tokens:
+        assert prompt.suffix == suffix
+
+
+# --- stability while typing ------------------------------------------------------------
+
+
+def prompts_while_typing(typed: str, mode: str) -> list[list[int]]:
+    cursor = cursor_in_middle_of_source()
+    prompts = []
+    for count in range(len(typed) + 1):
+        prefix = SOURCE[:cursor] + typed[:count]
+        prompt = build_fim_prompt(prefix, SOURCE[cursor:], bpe_like, FIM, ContextBudget(), mode)
+        prompts.append(prompt.ids)
+    return prompts
+
+
+def test_typing_twenty_characters_keeps_over_90_percent_of_the_spm_prompt():
+    prompts = prompts_while_typing("value, width=70) + 1", "spm")
+    for before, after in zip(prompts, prompts[1:]):
+        assert common_prefix_length(before, after) > 0.9 * len(before)
+    assert common_prefix_length(prompts[0], prompts[-1]) > 0.9 * len(prompts[0])
+
+
+def test_psm_order_shares_less_with_the_previous_prompt_than_spm():
+    typed = "value, width=70) + 1"
+    spm, psm = prompts_while_typing(typed, "spm"), prompts_while_typing(typed, "psm")
+    spm_shared = common_prefix_length(spm[0], spm[-1]) / len(spm[0])
+    psm_shared = common_prefix_length(psm[0], psm[-1]) / len(psm[0])
+    assert psm_shared < 0.9 < spm_shared
+
+
+def test_window_start_moves_by_whole_blocks_and_rarely():
+    cursor = cursor_in_middle_of_source()
+    typed = "        result = helper(value)\n" * 40  # two or three blocks' worth of tokens
+    starts = []
+    for count in range(0, len(typed) + 1, 3):
+        prefix = SOURCE[:cursor] + typed[:count]
+        prompt = build_fim_prompt(prefix, "", bpe_like, FIM, ContextBudget(), "spm")
+        starts.append(prompt.prefix_start)
+    moves = [(a, b) for a, b in zip(starts, starts[1:]) if a != b]
+    # Sliding line by line would move the start about once per typed line (40 times).
+    assert 1 <= len(moves) <= 4
+    for a, b in moves:
+        dropped = line_index(SOURCE, b) - line_index(SOURCE, a)
+        assert dropped > 0 and dropped % ContextBudget().block_lines == 0
+
+
+# --- cost of counting ---------------------------------------------------------------------
+
+
+def test_token_counting_encodes_only_near_the_boundary():
+    big = SOURCE * 40  # ~20,000 lines
+    cursor = len(big) // 2
+    encoder = CountingEncoder()
+    prompt = build_fim_prompt(big[:cursor], big[cursor:], encoder, FIM, ContextBudget(), "spm")
+    window = len(prompt.prefix) + len(prompt.suffix)
+    assert len(encoder.lengths) <= 8
+    assert sum(encoder.lengths) < 4 * window
+    assert max(encoder.lengths) < 3 * len(prompt.prefix)
+
+
+def test_minified_line_far_denser_than_guessed_is_counted_with_few_encodes():
+    minified = "x=1;" * 100_000  # one token per character in byte tokens
+    encoder = CountingEncoder(byte_tokens)
+    prompt = build_fim_prompt(minified[:200_000], minified[200_000:], encoder, FIM,
+                              ContextBudget(), "spm")
+    assert (prompt.prefix_tokens, prompt.suffix_tokens) == (1024, 256)
+    assert len(encoder.lengths) <= 8
+
+
+def test_small_files_need_one_encode_per_side():
+    encoder = CountingEncoder()
+    build_fim_prompt("x = 1\n" * 20, "y = 2\n" * 5, encoder, FIM, ContextBudget(), "psm")
+    assert len(encoder.lengths) == 2
+
+
+# --- post-processing ----------------------------------------------------------------------
+
+
+def test_repeated_closing_paren_and_line_break_are_cut():
+    # prefix "print(len(" ... the model wrote the suffix's ")" again before stopping.
+    assert trim_suffix_overlap("items))\n", ")\n") == "items)"
+
+
+def test_a_closing_paren_the_middle_needs_is_kept():
+    assert trim_suffix_overlap("items)", ")\n") == "items)"
+
+
+def test_long_inline_repetition_is_cut_without_a_line_break():
+    completion = "a: int, b: int) -> int"
+    assert trim_suffix_overlap(completion, ") -> int:\n    pass\n") == "a: int, b: int"
+
+
+def test_following_lines_already_present_are_cut():
+    completion = "total = sum(values)\n    return total\n\n\ndef main():\n    run()\n"
+    suffix = "\n    return total\n\n\ndef main():\n    run()\n"
+    assert trim_suffix_overlap(completion, suffix) == "total = sum(values)"
+
+
+def test_repetition_that_then_drifts_is_still_cut_at_its_first_line():
+    completion = "x = load(path)\n    return result\n    # and more"
+    suffix = "\n    return result\n\n\ndef other():\n"
+    assert trim_suffix_overlap(completion, suffix) == "x = load(path)"
+
+
+def test_inner_closing_brace_is_not_mistaken_for_the_suffix():
+    completion = "    if (x) {\n        y();\n    }\n"
+    assert trim_suffix_overlap(completion, "\n}\n") == "    if (x) {\n        y();\n    }"
+
+
+def test_outer_closing_brace_repeated_at_the_end_is_cut():
+    assert trim_suffix_overlap("    x++;\n}", "\n}\nint main() {}\n") == "    x++;"
+    assert trim_suffix_overlap("    x++;\n}\n\n", "\n}\nint main() {}\n") == "    x++;"
+
+
+def test_a_lone_closing_brace_followed_by_other_code_is_kept():
+    completion = "    x++;\n}\nint helper() { return 1; }"
+    assert trim_suffix_overlap(completion, "\n}\nint main() {}\n") == completion
+
+
+def test_crlf_suffix_is_matched_against_lf_completion():
+    assert trim_suffix_overlap("foo()\n    bar()\n", "\r\n    bar()\r\n") == "foo()"
+
+
+def test_completion_that_only_repeats_the_suffix_becomes_empty():
+    assert trim_suffix_overlap("    pass\n", "    pass\n") == ""
+
+
+def test_completion_without_overlap_is_unchanged():
+    completion = "if x:\n        return 1\n    return 0"
+    assert trim_suffix_overlap(completion, "\n\nclass B:\n    pass\n") == completion
+
+
+def test_is_blank():
+    assert is_blank("") and is_blank(" \n\t\r\n") and not is_blank("  x ")
+
+
+def test_strip_trailing_whitespace_lines_keeps_the_last_lines_own_spaces():
+    assert strip_trailing_whitespace_lines("a = 1\n  \n\n") == "a = 1"
+    assert strip_trailing_whitespace_lines("x = \r\n\t\r\n") == "x = "
+    assert strip_trailing_whitespace_lines("a\n  b") == "a\n  b"
+
+
+def test_source_fixture_is_long_enough_to_need_a_window():
+    assert len(bpe_like(SOURCE)) > ContextBudget().prefix_tokens + ContextBudget().suffix_tokens
