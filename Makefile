@@ -4,22 +4,63 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SPECFILL := $(BIN)/specfill
+PYTEST := $(BIN)/python -m pytest
+OUT ?= bench-results
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .DEFAULT_GOAL := help
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 
-$(BIN)/specfill: pyproject.toml constraints.txt
+$(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
-setup: $(BIN)/specfill ## create .venv and install specfill with its dev dependencies
+setup: $(VENV)/.installed ## create .venv and install specfill with its dev dependencies
 
-models: setup ## fetch, verify and convert the default model pair (idempotent)
+models: setup ## fetch, verify and convert the default model pair (idempotent, ~1 s when done)
 	$(SPECFILL) models fetch
 
-.PHONY: help setup models
+demo: models ## complete a real file through the LSP server on the default models
+	$(BIN)/python -m lsp_server.demo
+
+editor-deps: ## install what the editor clients and their tests need (apt, npm)
+	bash scripts/install-editor-deps.sh
+
+editors: editor-deps ## build the VS Code extension (.vsix)
+	cd editors/vscode && npm run --silent package
+
+test: setup models editors ## all tests: unit, end-to-end, real models, real editors
+	$(PYTEST) tests/unit tests/e2e -q
+	$(PYTEST) tests/slow -q -m slow
+	$(PYTEST) tests/editors -q -m editors
+
+test-fast: setup ## unit and end-to-end tests on tiny models (about a minute)
+	$(PYTEST) tests/unit tests/e2e -q
+
+test-slow: models ## the real default pair: lossless decoding, the server end to end
+	$(PYTEST) tests/slow -q -m slow
+
+test-editors: models editors ## real Neovim and real VS Code (code-server) with the real server
+	$(PYTEST) tests/editors -q -m editors
+
+bench: models ## engine benchmark: HumanEval, 40 prompts, 128 tokens (about an hour on 2 cores)
+	$(SPECFILL) bench engine --prompts humaneval --limit 40 --max-new-tokens 128 --out $(OUT)/engine
+
+bench-lsp: models ## the server over stdio while typing: first-token and cancel latency
+	$(SPECFILL) bench lsp --out $(OUT)/lsp
+
+bench-policy: models ## syntax-aware policy vs fixed k, per context class
+	$(SPECFILL) bench policy --out $(OUT)/policy
+
+bench-peers: models ## specfill vs llama.cpp on the same GGUF files (builds llama-cpp-python, ~9 min)
+	bash scripts/install-llama-cpp.sh $(BIN)/pip
+	$(SPECFILL) bench peers --out $(OUT)/peers
+
+clean: ## remove build outputs (keeps .venv and the model cache)
+	rm -rf build dist *.egg-info editors/vscode/dist editors/vscode/*.vsix .pytest_cache
+
+.PHONY: help setup models demo editor-deps editors test test-fast test-slow test-editors bench bench-lsp bench-policy bench-peers clean
