@@ -7,6 +7,7 @@ it is reported and replaced by its default.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -23,6 +24,11 @@ class ModelConfig:
     dtype: str = "auto"  # auto | bf16 | fp16 | fp32
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch CPU threads; 0 = torch's default
+    # Weight-only quantization on CPU (bf16 | int8 | int4 | mixed, "-gN" group size).
+    # The target's choice changes its outputs (speculation stays lossless against the
+    # quantized target); the draft's only changes how often its guesses are accepted.
+    quant: str = "bf16"
+    draftQuant: str = "bf16"
     cacheDir: str = ""  # "" = $SPECFILL_CACHE or ~/.cache/specfill
 
 
@@ -76,6 +82,17 @@ _RANGES: dict[str, tuple[float, float]] = {
 }
 
 
+# The tags `lsp_server.models.quantize.QuantConfig.parse` accepts, checked here without
+# importing torch (the event loop must not stall on a 2 s import during `initialize`).
+_QUANT_TAG = re.compile(r"^(bf16|int8|(int4|mixed)(-g(32|64|128|256))?)(-nohead)?$")
+
+
+def _quant_problem(path: str, value: str) -> str | None:
+    if _QUANT_TAG.match(value):
+        return None
+    return f"{path} must be bf16, int8, int4[-gN] or mixed[-gN] (N in 32, 64, 128, 256), got {value!r}"
+
+
 def _check(path: str, default: Any, value: Any) -> str | None:
     """None when `value` is acceptable for the field whose default is `default`."""
     kind = type(default)
@@ -93,6 +110,8 @@ def _check(path: str, default: Any, value: Any) -> str | None:
         return f"{path} must be one of {', '.join(_CHOICES[path])}, got {value!r}"
     if path == "model.device" and not (value in ("auto", "cpu") or value.startswith("cuda")):
         return f"model.device must be auto, cpu or cuda[:N], got {value!r}"
+    if path in ("model.quant", "model.draftQuant"):
+        return _quant_problem(path, value)
     lo, hi = _RANGES.get(path, (None, None))
     if lo is not None and not lo <= value <= hi:
         return f"{path} must be between {lo} and {hi}, got {value!r}"
@@ -134,6 +153,6 @@ def config_from_options(options: Any, base: Config | None = None) -> tuple[Confi
 def model_identity(config: Config) -> tuple:
     """The settings that need the models reloaded when they change."""
     m = config.model
-    return (m.target, m.draft, m.dtype, m.device, m.cacheDir)
+    return (m.target, m.draft, m.dtype, m.device, m.cacheDir, m.quant, m.draftQuant)
 
 

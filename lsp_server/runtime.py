@@ -26,6 +26,17 @@ class Runtime:
         return self.engine.generate(request, should_abort)
 
 
+def apply_quantization(model: Any, tag: str, source: Any) -> None:
+    from lsp_server.models.quant_cache import apply_quant
+    from lsp_server.models.quantize import QuantConfig
+
+    q = QuantConfig.parse(tag)
+    # Registry models cache their quantized weights under their name; other sources are
+    # quantized at each start (no stable name to cache them under).
+    cache_key = source.spec if source.kind == "registry" else None
+    apply_quant(model, q.mode, cache_key, q.group_size, q.include_lm_head)
+
+
 def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     from lsp_server.engine.speculative import SpeculativeEngine
     from lsp_server.models.loader import load_pair
@@ -35,6 +46,10 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     progress(f"loading {m.target} (target) and {m.draft} (draft)")
     pair = load_pair(m.target, m.draft, dtype=m.dtype, device=m.device,
                      cache_dir=m.cacheDir or None)
+    for role, model, quant in (("target", pair.target, m.quant), ("draft", pair.draft, m.draftQuant)):
+        if quant != "bf16":
+            progress(f"{role}: {quant} weights (cached on disk after the first time)")
+            apply_quantization(model, quant, getattr(pair.info, role).source)
     special = pair.special_tokens
     missing = [t for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>") if t not in special]
     if missing:

@@ -1,0 +1,62 @@
+"""Settings from the client: defaults, nested camelCase keys, bad values reported and replaced."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lsp_server.config import Config, config_from_options, model_identity
+from lsp_server.models.quantize import QuantConfig
+
+
+def test_no_options_gives_the_defaults():
+    config, problems = config_from_options(None)
+    assert config == Config() and problems == []
+
+
+def test_nested_settings_apply_over_the_base():
+    base, _ = config_from_options({"maxNewTokens": 32})
+    config, problems = config_from_options(
+        {"speculation": {"mode": "fixed", "k": 5}, "contextWindow": {"suffixTokens": 128}}, base)
+    assert problems == []
+    assert config.maxNewTokens == 32  # kept from the base
+    assert config.speculation.mode == "fixed" and config.speculation.k == 5
+    assert config.contextWindow.suffixTokens == 128
+
+
+@pytest.mark.parametrize("options,fragment", [
+    ({"temperature": "hot"}, "temperature must be a float"),
+    ({"temperature": 9.0}, "temperature must be between"),
+    ({"speculation": {"mode": "turbo"}}, "speculation.mode must be one of"),
+    ({"model": {"device": "tpu"}}, "model.device must be auto, cpu or cuda"),
+    ({"model": {"quant": "int3"}}, "model.quant must be bf16, int8"),
+    ({"maxNewTokens": True}, "maxNewTokens must be a int"),
+    ({"model": "big"}, "model must be an object"),
+    ({"colour": "blue"}, "unknown setting 'colour'"),
+])
+def test_a_bad_value_is_reported_and_the_default_kept(options, fragment):
+    config, problems = config_from_options(options)
+    assert any(fragment in p for p in problems), problems
+    assert config == Config()
+
+
+@pytest.mark.parametrize("tag", ["bf16", "int8", "int4", "int4-g64", "mixed-g32", "int4-g128-nohead"])
+def test_every_quant_tag_the_config_accepts_parses(tag):
+    _, problems = config_from_options({"model": {"quant": tag}})
+    assert problems == []
+    assert QuantConfig.parse(tag).tag.startswith(tag.split("-")[0])
+
+
+def test_model_identity_changes_only_with_model_settings():
+    a = Config()
+    b, _ = config_from_options({"maxNewTokens": 12})
+    c, _ = config_from_options({"model": {"draftQuant": "int8"}})
+    assert model_identity(a) == model_identity(b) != model_identity(c)
+
+
+def test_config_does_not_import_torch():
+    code = "import sys, lsp_server.config, lsp_server.protocol; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
