@@ -8,7 +8,9 @@ so that switching between documents does not throw away the other document's pre
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence
 
 import torch
 from transformers import DynamicCache
@@ -16,6 +18,40 @@ from transformers import DynamicCache
 
 class Aborted(Exception):
     """Raised inside the engine when the request's abort flag is seen."""
+
+
+# The abort check of the request running on this thread. Decoder layers look at it, so an
+# abort lands within one layer (milliseconds) instead of after a whole forward pass (a
+# long prefill can take seconds on a CPU).
+_abort = threading.local()
+
+
+@contextmanager
+def abort_scope(should_abort: Callable[[], bool]) -> Iterator[None]:
+    previous = getattr(_abort, "check", None)
+    _abort.check = should_abort
+    try:
+        yield
+    finally:
+        _abort.check = previous
+
+
+def _check_abort(_module: torch.nn.Module, _args: object) -> None:
+    check = getattr(_abort, "check", None)
+    if check is not None and check():
+        raise Aborted()
+
+
+def install_abort_hooks(model: torch.nn.Module) -> int:
+    """Let every decoder layer of `model` stop a forward pass when the request is aborted.
+    Returns how many layers got the hook (0: only between forwards)."""
+    if getattr(model, "_specfill_abort_hooks", False):
+        return 0
+    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    for layer in layers:
+        layer.register_forward_pre_hook(_check_abort)
+    model._specfill_abort_hooks = True
+    return len(layers)
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -39,6 +75,15 @@ class KVSlot:
             self.cache.crop(-drop)  # transformers 5.x: a negative count of tokens to drop
             del self.ids[keep:]
 
+    def _drop_partial_layers(self) -> None:
+        """A forward stopped half way has appended to the first layers only: cut those back
+        so every layer again holds exactly `self.ids` and the cache stays reusable."""
+        keep = len(self.ids)
+        for layer in self.cache.layers:
+            extra = layer.get_seq_length() - keep
+            if extra > 0:
+                layer.crop(-extra)
+
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
         self.ids = []
@@ -51,8 +96,11 @@ class KVSlot:
                 input_ids=input_ids, cache=self.cache, use_cache=True,
                 logits_to_keep=0 if all_logits else 1,
             )
+        except Aborted:
+            self._drop_partial_layers()
+            raise
         except BaseException:
-            # A forward interrupted half way leaves layers with different lengths: start clean.
+            # Anything else may have left the cache in any state: start clean.
             self.reset()
             raise
         self.ids.extend(tokens)

@@ -15,13 +15,13 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .cache import Aborted, KVSlot, SlotPool
+from .cache import Aborted, KVSlot, SlotPool, abort_scope, install_abort_hooks
 from .controller import AcceptanceMemory, Controller
 from .detokenize import StreamingText
 from .drafters import Draft, ModelDrafter, PromptLookupDrafter
 from .sampling import Sampling, entropy, pick, verify_greedy, verify_sampled
 from .stopping import stop_index
-from .types import CompletionRequest, EngineEvent, Finished, Stats, TextDelta
+from .types import CompletionRequest, DraftPolicy, EngineEvent, Finished, Stats, TextDelta
 
 # Lookup proposals are free, but a wrong one still costs a target pass that the draft
 # model might have used better: only trust an n-gram match at least this long.
@@ -31,7 +31,9 @@ LOOKUP_MIN_MATCH = 3
 @dataclass
 class EngineOptions:
     pool_size: int = 4
-    prefill_chunk: int = 32  # small chunks keep abort latency low during a cold prefill
+    # Decoder layers see aborts (cache.install_abort_hooks), so a prefill need not be cut
+    # into chunks for latency; chunks only bound the activation memory of huge prompts.
+    prefill_chunk: int = 512
     lookup_min_match: int = LOOKUP_MIN_MATCH
 
 
@@ -64,6 +66,9 @@ class SpeculativeEngine:
         self.stop_ids = frozenset(stop_ids)
         self.pool = SlotPool(target, self.options.pool_size)
         self.drafter = ModelDrafter(draft, self.options.pool_size) if draft is not None else None
+        for model in (target, draft):
+            if model is not None:
+                install_abort_hooks(model)
         self.lookup = PromptLookupDrafter()
         self.memory = AcceptanceMemory()
 
@@ -75,13 +80,15 @@ class SpeculativeEngine:
         run = self._start(request)
         try:
             slot = self.pool.acquire(run.ids)
-            first = self._prefill(run, slot, should_abort)
+            with abort_scope(should_abort):
+                first = self._prefill(run, slot, should_abort)
             yield from self._accept(run, [first])
             controller = Controller(request.policy, self.memory)
             while not run.stats.stop_reason:
                 if should_abort():
                     raise Aborted()
-                new = self._round(run, slot, controller, should_abort)
+                with abort_scope(should_abort):  # not across the yield: others may run
+                    new = self._round(run, slot, controller, should_abort)
                 yield from self._accept(run, new)
         except Aborted:
             run.stats.stop_reason = "aborted"
@@ -115,7 +122,7 @@ class SpeculativeEngine:
         run.stats.prefilled_tokens = fed
         run.stats.prefill_s = time.perf_counter() - t
         # The draft catches up lazily in its first round; only bind its slot here.
-        if self.drafter is not None and run.request.policy.mode != "off":
+        if self._model_drafter(run.request.policy) is not None:
             self.drafter.begin(run.ids)
         return pick(logits, run.sampling, run.gen)
 
@@ -155,21 +162,28 @@ class SpeculativeEngine:
         self, run: _Run, k: int, controller: Controller, should_abort: Callable[[], bool],
     ) -> Draft:
         policy = run.request.policy
+        model = self._model_drafter(policy)
         t = time.perf_counter()
         if policy.prompt_lookup:
             draft, match = self.lookup.propose(run.ids, k)
-            if draft.tokens and (match >= self.options.lookup_min_match or self.drafter is None):
+            if draft.tokens and (match >= self.options.lookup_min_match or model is None):
                 run.stats.drafter(draft.source).time_s += time.perf_counter() - t
                 run.stats.draft_s += time.perf_counter() - t
                 return draft
-        if self.drafter is None:
+        if model is None:
             return Draft("plain", [])
-        draft = self.drafter.propose(
+        draft = model.propose(
             run.ids, k, policy.draft_p_min, run.sampling, run.gen, should_abort)
         elapsed = time.perf_counter() - t
         run.stats.drafter(draft.source).time_s += elapsed
         run.stats.draft_s += elapsed
         return draft
+
+    def _model_drafter(self, policy: DraftPolicy) -> ModelDrafter | None:
+        """The draft model when this request may use it."""
+        if self.drafter is None or policy.mode == "off" or not policy.model_draft:
+            return None
+        return self.drafter
 
     def _accept(self, run: _Run, new_tokens: list[int]) -> Iterator[EngineEvent]:
         """Append accepted tokens, apply stop ids / budget / stop rule, stream the text."""

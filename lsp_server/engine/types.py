@@ -44,6 +44,9 @@ class DraftPolicy:
     mode: Literal["adaptive", "fixed", "off"] = "adaptive"
     # Try n-gram prompt lookup before the draft model when it has a match.
     prompt_lookup: bool = True
+    # Use the draft model. False leaves prompt lookup alone: a round without a lookup
+    # match decodes plainly (what `specfill bench policy` measures as "lookup").
+    model_draft: bool = True
 
 
 @dataclass(frozen=True)

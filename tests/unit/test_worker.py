@@ -111,3 +111,27 @@ async def test_a_failing_factory_reports_the_error_instead_of_hanging():
     final = [e async for e in worker.submit(CompletionRequest("x", (1,), DraftPolicy()))][-1]
     assert final.reason == "error" and "no model" in final.error
     worker.stop()
+
+
+def test_an_abort_inside_a_forward_pass_leaves_a_consistent_reusable_cache():
+    from tests.unit.test_engine_greedy import plain_greedy
+
+    engine = make_engine()  # prefill chunks of 8 tokens, 2 decoder layers per model
+    checks = 0
+
+    def abort_in_third_chunk() -> bool:
+        nonlocal checks
+        checks += 1
+        # one check before each chunk after the first, one per decoder layer
+        return checks >= 2 + 2 + 1 + 2  # chunk 1 (2 layers), gap, chunk 2, gap, 1st layer of 3
+    prompt = tuple(i % 48 for i in range(40))
+    final = list(engine.generate(CompletionRequest("a", prompt, LONG), abort_in_third_chunk))[-1]
+    assert final.reason == "aborted"
+    slot = engine.pool.slots[0]
+    assert len(slot.ids) == 16
+    assert all(layer.get_seq_length() == 16 for layer in slot.cache.layers)
+    short = DraftPolicy(context="t", k_init=3, k_max=3, max_new_tokens=12, stop=StopRule("none"),
+                        mode="fixed", draft_p_min=0.0, prompt_lookup=False)
+    again = list(engine.generate(CompletionRequest("b", prompt, short)))[-1]
+    assert again.stats.prefilled_tokens == len(prompt) - 16
+    assert list(again.token_ids) == plain_greedy(engine.target, list(prompt), 12)
