@@ -26,6 +26,8 @@ from .types import CompletionRequest, DraftPolicy, EngineEvent, Finished, Stats,
 # Lookup proposals are free, but a wrong one still costs a target pass that the draft
 # model might have used better: only trust an n-gram match at least this long.
 LOOKUP_MIN_MATCH = 3
+# Tokens of lookup proposals judged before its acceptance rate in a request counts.
+LOOKUP_TRIAL_TOKENS = 8
 
 
 @dataclass
@@ -35,6 +37,7 @@ class EngineOptions:
     # into chunks for latency; chunks only bound the activation memory of huge prompts.
     prefill_chunk: int = 512
     lookup_min_match: int = LOOKUP_MIN_MATCH
+    lookup_min_acceptance: float = 0.5
 
 
 @dataclass
@@ -164,7 +167,7 @@ class SpeculativeEngine:
         policy = run.request.policy
         model = self._model_drafter(policy)
         t = time.perf_counter()
-        if policy.prompt_lookup:
+        if policy.prompt_lookup and (model is None or self._lookup_trusted(run)):
             draft, match = self.lookup.propose(run.ids, k)
             if draft.tokens and (match >= self.options.lookup_min_match or model is None):
                 run.stats.drafter(draft.source).time_s += time.perf_counter() - t
@@ -178,6 +181,15 @@ class SpeculativeEngine:
         run.stats.drafter(draft.source).time_s += elapsed
         run.stats.draft_s += elapsed
         return draft
+
+    def _lookup_trusted(self, run: _Run) -> bool:
+        """Lookup is free to propose, but a wrong guess wastes the target pass that the
+        draft model could have used: once lookup has a record in this request, it must be
+        right at least `lookup_min_acceptance` of the time to go first."""
+        d = run.stats.drafters.get("lookup")
+        if d is None or d.drafted < LOOKUP_TRIAL_TOKENS:
+            return True
+        return d.acceptance_rate >= self.options.lookup_min_acceptance
 
     def _model_drafter(self, policy: DraftPolicy) -> ModelDrafter | None:
         """The draft model when this request may use it."""
