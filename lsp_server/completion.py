@@ -152,7 +152,7 @@ class CompletionService:
             self.tell_user(f"specfill: completion failed: {final.error}")
             return None
         text = clean(final.text, prepared.suffix)
-        self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats)
+        self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats, msg_id)
         self._stream(cursor, msg_id, text, done=True)
         return text if text.strip() else None
 

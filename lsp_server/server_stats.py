@@ -83,7 +83,8 @@ class ServerStats:
         self.totals.requests += 1
         self.by_context[context].requests += 1
 
-    def outcome(self, context: str, kind: str, stats: Stats | None = None) -> None:
+    def outcome(self, context: str, kind: str, stats: Stats | None = None,
+                request_id: Any = None) -> None:
         """kind: completion | empty | cancelled | error"""
         for tally in (self.totals, self.by_context[context]):
             if kind == "completion":
@@ -97,7 +98,7 @@ class ServerStats:
             if stats is not None:
                 tally.add(stats)
         if stats is not None and kind in ("completion", "empty"):
-            self.last = {"context": context, **stats.to_dict()}
+            self.last = {"context": context, "request_id": request_id, **stats.to_dict()}
 
     def to_json(self, engine_memory: dict | None = None) -> dict[str, Any]:
         return {

@@ -8,6 +8,7 @@ sees the flag between draft steps, before verification and between prefill chunk
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 import logging
 import queue
 import threading
@@ -45,7 +46,8 @@ class EngineWorker:
         self.load_error: str | None = None
         self.load_progress: list[str] = []
         self.busy = threading.Event()  # set while a request runs on the worker
-        self.abort_latencies_s: list[float] = []
+        # abort -> engine idle, newest last; bounded so a long session does not grow it
+        self.abort_latencies_s: deque[float] = deque(maxlen=1000)
         self._thread = threading.Thread(target=self._run, name="specfill-engine", daemon=True)
 
     # -- asyncio side -------------------------------------------------------------
