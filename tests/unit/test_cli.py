@@ -1,0 +1,44 @@
+"""The console script: subcommands exist, and the model-free ones run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lsp_server.cli import build_parser
+
+
+def specfill(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "lsp_server", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("command", ["serve", "complete", "models", "doctor", "bench"])
+def test_every_subcommand_has_help(command):
+    out = specfill(command, "--help")
+    assert out.returncode == 0 and "usage:" in out.stdout
+
+
+def test_serve_accepts_the_stdio_flag_editors_add():
+    args = build_parser().parse_args(["serve", "--stdio"])
+    assert args.stdio and args.tcp is None
+
+
+def test_every_benchmark_registers_its_arguments():
+    out = specfill("bench", "--help")
+    for name in ("engine", "lsp", "policy", "peers"):
+        assert name in out.stdout
+
+
+def test_doctor_without_decode_lists_versions_and_model_files(tmp_path):
+    out = specfill("doctor", "--no-decode", "--cache-dir", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert "torch 2.13.0" in out.stdout and "pygls 2.1.1" in out.stdout
+    assert "qwen2.5-coder-1.5b" in out.stdout
+
+
+def test_complete_reports_a_missing_file_clearly(tmp_path):
+    out = specfill("complete", str(tmp_path / "nope.py"), "--line", "0", "--col", "0")
+    assert out.returncode == 2 and "no such file" in out.stderr
