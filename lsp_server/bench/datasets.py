@@ -53,7 +53,7 @@ def humaneval(limit: int, cache_dir: Path | None = None) -> list[BenchPrompt]:
     return [BenchPrompt(p["task_id"], p["prompt"], "") for p in problems[:limit]]
 
 
-def _stdlib_files() -> list[Path]:
+def stdlib_files() -> list[Path]:
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = ("test", "idlelib", "lib2to3", "site-packages", "tkinter", "turtledemo", "ensurepip")
     files = [p for p in sorted(root.glob("*.py")) + sorted(root.glob("*/*.py"))
@@ -65,7 +65,7 @@ def stdlib_fim(limit: int, seed: int = 0) -> list[BenchPrompt]:
     """`limit` spots, one per file: an indented code line inside a body is removed and the
     cursor put after its indentation. Deterministic for a given Python and seed."""
     rng = random.Random(seed)
-    files = _stdlib_files()
+    files = stdlib_files()
     rng.shuffle(files)
     spots: list[BenchPrompt] = []
     for path in files:
