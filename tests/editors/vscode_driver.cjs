@@ -1,0 +1,136 @@
+// Drives VS Code (code-server in headless Chromium) for tests/editors/test_vscode.py:
+// opens a file, types, records the ghost text as it grows, accepts it with Tab, saves.
+//
+//   node vscode_driver.cjs '<json options>'   (prints one JSON line with what it saw)
+//
+// Options: url, file (name to open with Quick Open), typed, screenshots (directory),
+// timeoutMs. Needs NODE_PATH to reach playwright-core.
+'use strict';
+
+const path = require('path');
+const { chromium } = require('playwright-core');
+
+// Flags that work in a container without a GPU, sandbox or network (see NOTES.md).
+const CHROMIUM_FLAGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+const options = JSON.parse(process.argv[2]);
+const log = (message) => process.stderr.write(`[vscode-driver] ${message}\n`);
+
+/**
+ * The inline suggestion on screen: the part in the cursor line, then the lines VS Code draws
+ * below it. Trailing empty lines of a suggestion are not drawn, so they cannot be read here.
+ */
+function readGhostText() {
+  const text = (element) => element.textContent.replace(/\u00a0/g, ' ');
+  const inline = [...document.querySelectorAll('.monaco-editor .ghost-text-decoration')].map(text).join('');
+  const firstExtra = document.querySelector('.monaco-editor .view-line .ghost-text');
+  if (!firstExtra) return inline;
+  const lines = [...firstExtra.closest('.view-line').parentElement.querySelectorAll(':scope > .view-line')];
+  lines.sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top));
+  return [inline, ...lines.map(text)].join('\n');
+}
+
+function readStatusBar() {
+  const items = [...document.querySelectorAll('.statusbar-item')].map((item) => item.textContent.trim());
+  return items.find((text) => /tok\/s/.test(text)) ?? null;
+}
+
+/** The extension shows plain "specfill" once its server answered `initialize`. */
+function serverReady() {
+  return [...document.querySelectorAll('.statusbar-item')].some((item) => item.textContent.trim() === 'specfill');
+}
+
+async function waitFor(page, what, predicate, timeoutMs, intervalMs = 100) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await predicate();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await page.waitForTimeout(intervalMs);
+  }
+}
+
+async function openFile(page, name) {
+  await page.waitForSelector('.monaco-workbench', { timeout: 120000 });
+  // The workbench takes keyboard input only once it has finished restoring.
+  await page.waitForSelector('.statusbar-item', { timeout: 120000 });
+  await page.keyboard.press('Control+P');
+  await page.waitForSelector('.quick-input-widget input', { state: 'visible' });
+  await page.keyboard.type(name);
+  await page.waitForSelector(`.quick-input-list .monaco-list-row[aria-label*="${name}"]`, { timeout: 30000 });
+  await page.keyboard.press('Enter');
+  await page.waitForSelector(`.tab[data-resource-name="${name}"]`, { timeout: 30000 });
+  await page.waitForSelector('.editor-instance .monaco-editor .view-lines', { timeout: 30000 });
+}
+
+async function main() {
+  const browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: CHROMIUM_FLAGS,
+  });
+  const page = await browser.newPage({ viewport: { width: 1200, height: 720 } });
+  const seen = [];
+  const shots = [];
+  const shoot = async (name) => {
+    const file = path.join(options.screenshots, name);
+    await page.screenshot({ path: file });
+    shots.push(file);
+  };
+  try {
+    await page.goto(options.url);
+    await openFile(page, options.file);
+    // Typing before the extension registered its provider would ask nobody for a completion.
+    await waitFor(page, 'the specfill server to start', () => page.evaluate(serverReady), 120000, 250);
+    await page.click('.editor-instance .monaco-editor .view-lines');
+    await page.keyboard.press('Control+End');
+    await page.keyboard.type(options.typed, { delay: 50 });
+    log('typed; waiting for ghost text');
+
+    // Record every distinct ghost text until the completion is final: the status bar shows
+    // the stats of a completion only after the server answered its request.
+    const deadline = Date.now() + options.timeoutMs;
+    let status = null;
+    for (;;) {
+      const ghost = await page.evaluate(readGhostText);
+      if (ghost && seen[seen.length - 1] !== ghost) {
+        seen.push(ghost);
+        log(`ghost text (${ghost.length} chars)`);
+        if (seen.length === 1) await shoot('vscode-ghost-text-first.png');
+      }
+      status = await page.evaluate(readStatusBar);
+      if (status && ghost) break;
+      if (Date.now() > deadline) throw new Error(`no final ghost text after ${options.timeoutMs} ms; saw ${JSON.stringify(seen)}`);
+      await page.waitForTimeout(50);
+    }
+    // The final answer re-triggers the suggestion once more; let it settle.
+    await page.waitForTimeout(500);
+    const accepted = await page.evaluate(readGhostText);
+    if (accepted && seen[seen.length - 1] !== accepted) seen.push(accepted);
+    await shoot('vscode-ghost-text.png');
+
+    await page.keyboard.press('Tab');
+    await waitFor(page, 'the ghost text to be accepted', async () => !(await page.evaluate(readGhostText)), 5000)
+      .catch(() => log('a new suggestion appeared right after accepting'));
+    await page.keyboard.press('Control+S');
+    await waitFor(page, 'the file to be saved', () => page.$('.tab.dirty').then((dirty) => !dirty), 10000);
+    await shoot('vscode-accepted.png');
+    process.stdout.write(JSON.stringify({ seen, accepted, status, screenshots: shots }) + '\n');
+  } catch (error) {
+    await shoot('vscode-failure.png').catch(() => {});
+    process.stdout.write(JSON.stringify({ error: String(error), seen, screenshots: shots }) + '\n');
+    process.exitCode = 1;
+  } finally {
+    await browser.close();
+  }
+}
+
+main();
