@@ -145,7 +145,7 @@ def config_from_options(options: Any, base: Config | None = None) -> tuple[Confi
     """Apply the client's settings over `base` (defaults). Returns the config and the
     problems found, each a sentence the user can act on."""
     errors: list[str] = []
-    if options is None:
+    if options is None or options == []:  # Lua's empty table arrives as a JSON array
         return base or Config(), errors
     return _merge(base or Config(), options, "", errors), errors
 

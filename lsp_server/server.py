@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from lsp_server import __version__
 from lsp_server.completion import CompletionService, Cursor
@@ -23,9 +24,18 @@ log = logging.getLogger(__name__)
 RuntimeFactory = Callable[[Config, Callable[[str], None]], Any]
 
 
+class SpecfillProtocol(LanguageServerProtocol):
+    def structure_message(self, data: dict) -> Any:
+        # JSON-RPC lets a request omit `params` (`specfill/stats` has none); pygls's
+        # generic message type for custom methods insists on the field.
+        if "method" in data and "params" not in data:
+            data = {**data, "params": None}
+        return super().structure_message(data)
+
+
 class SpecfillServer(LanguageServer):
     def __init__(self, runtime_factory: RuntimeFactory | None = None):
-        super().__init__("specfill", __version__,
+        super().__init__("specfill", __version__, protocol_cls=SpecfillProtocol,
                          text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
         if runtime_factory is None:
             from lsp_server.runtime import load_runtime as runtime_factory
