@@ -27,8 +27,9 @@ class ModelConfig:
     # Weight-only quantization on CPU (bf16 | int8 | int4 | mixed, "-gN" group size).
     # The target's choice changes its outputs (speculation stays lossless against the
     # quantized target); the draft's only changes how often its guesses are accepted.
-    quant: str = "bf16"
-    draftQuant: str = "bf16"
+    # auto: bf16 on CUDA; on CPU what `specfill bench engine` measured best (runtime.py).
+    quant: str = "auto"
+    draftQuant: str = "auto"
     cacheDir: str = ""  # "" = $SPECFILL_CACHE or ~/.cache/specfill
 
 
@@ -84,13 +85,14 @@ _RANGES: dict[str, tuple[float, float]] = {
 
 # The tags `lsp_server.models.quantize.QuantConfig.parse` accepts, checked here without
 # importing torch (the event loop must not stall on a 2 s import during `initialize`).
-_QUANT_TAG = re.compile(r"^(bf16|int8|(int4|mixed)(-g(32|64|128|256))?)(-nohead)?$")
+_QUANT_TAG = re.compile(r"^(auto|bf16|int8|(int4|mixed)(-g(32|64|128|256))?)(-nohead)?$")
 
 
 def _quant_problem(path: str, value: str) -> str | None:
     if _QUANT_TAG.match(value):
         return None
-    return f"{path} must be bf16, int8, int4[-gN] or mixed[-gN] (N in 32, 64, 128, 256), got {value!r}"
+    return (f"{path} must be auto, bf16, int8, int4[-gN] or mixed[-gN] (N in 32, 64, 128, 256), "
+            f"got {value!r}")
 
 
 def _check(path: str, default: Any, value: Any) -> str | None:

@@ -26,6 +26,22 @@ class Runtime:
         return self.engine.generate(request, should_abort)
 
 
+# What "auto" means on a CPU with bf16 weights, per role. The draft's weights only change
+# how often its guesses are accepted (output stays the target's), so it gets the fastest
+# measured form; the target stays bf16 so that output is exactly the bf16 model's.
+CPU_AUTO_QUANT = {"target": "bf16", "draft": "int4-g32"}
+
+
+def resolve_quant(tag: str, role: str, device_type: str, dtype: Any) -> str:
+    if tag != "auto":
+        return tag
+    import torch
+
+    if device_type == "cpu" and dtype == torch.bfloat16:
+        return CPU_AUTO_QUANT[role]
+    return "bf16"  # CUDA, or fp32 CPUs: torch's weight-only kernels here are CPU + bf16
+
+
 def apply_quantization(model: Any, tag: str, source: Any) -> None:
     from lsp_server.models.quant_cache import apply_quant
     from lsp_server.models.quantize import QuantConfig
@@ -47,6 +63,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     pair = load_pair(m.target, m.draft, dtype=m.dtype, device=m.device,
                      cache_dir=m.cacheDir or None)
     for role, model, quant in (("target", pair.target, m.quant), ("draft", pair.draft, m.draftQuant)):
+        quant = resolve_quant(quant, role, pair.device.type, pair.dtype)
         if quant != "bf16":
             progress(f"{role}: {quant} weights (cached on disk after the first time)")
             apply_quantization(model, quant, getattr(pair.info, role).source)
