@@ -64,12 +64,13 @@ class Runner:
         self.max_new = args.max_new_tokens
         self.default_assistant = dict(self.draft.generation_config.to_dict())
 
-    def run(self, mode: str, ids: list[int]) -> dict[str, Any]:
+    def run(self, mode: str, ids: list[int], max_new: int | None = None) -> dict[str, Any]:
+        max_new = max_new or self.max_new
         t = time.perf_counter()
         if mode in ("target", "specfill"):
-            out, stats = self._ours(ids, mode)
+            out, stats = self._ours(ids, mode, max_new)
         else:
-            out, stats = self._hf(ids, mode), None
+            out, stats = self._hf(ids, mode, max_new), None
         elapsed = time.perf_counter() - t
         row = {"tokens": out, "n": len(out), "seconds": elapsed,
                "tokens_per_s": len(out) / elapsed if elapsed else 0.0}
@@ -78,17 +79,18 @@ class Runner:
             row["stats"]["accepted_lengths"] = list(stats.accepted_lengths)
         return row
 
-    def _ours(self, ids: list[int], mode: str):
+    def _ours(self, ids: list[int], mode: str, max_new: int):
         from lsp_server.engine.types import CompletionRequest
 
         self.engine.clear_caches()  # cold, like the transformers runs
-        policy = self.policy if mode == "specfill" else replace(self.policy, mode="off")
+        policy = replace(self.policy, max_new_tokens=max_new)
+        policy = policy if mode == "specfill" else replace(policy, mode="off")
         final = list(self.engine.generate(CompletionRequest(mode, tuple(ids), policy)))[-1]
         return list(final.token_ids), final.stats
 
-    def _hf(self, ids: list[int], mode: str) -> list[int]:
+    def _hf(self, ids: list[int], mode: str, max_new: int) -> list[int]:
         torch = self.torch
-        kwargs: dict[str, Any] = dict(max_new_tokens=self.max_new, do_sample=False,
+        kwargs: dict[str, Any] = dict(max_new_tokens=max_new, do_sample=False,
                                       eos_token_id=self.stop_ids, pad_token_id=self.stop_ids[0])
         if mode.startswith("hf-assisted"):
             # transformers keeps the draft length it learned in the draft's generation
@@ -193,6 +195,13 @@ def run(args: argparse.Namespace) -> int:
             "policy": repr(runner.policy), "tie_tolerance": TIE_TOLERANCE}
     rows: list[dict[str, Any]] = []
     from tqdm import tqdm
+
+    # Untimed warm-up of every mode: the first forward pages the memory-mapped weights in
+    # and builds kernels' caches; without it the first mode of the first prompt pays that.
+    warm_ids = build_fim_prompt(prompts[0].prefix, prompts[0].suffix, runtime.encode,
+                                runtime.fim, ContextBudget(), "psm").ids
+    for mode in modes:
+        runner.run(mode, warm_ids, max_new=8)
 
     for i, prompt in enumerate(tqdm(prompts, desc="prompts", unit="prompt")):
         ids = build_fim_prompt(prompt.prefix, prompt.suffix, runtime.encode, runtime.fim,
