@@ -7,21 +7,11 @@ line and a block ends at the dedent that closes it.
 
 from __future__ import annotations
 
+from lsp_server.syntax.indent import indent_width  # text only: the policy's own measure of a dedent
+
 from .types import StopRule
 
 _OPEN, _CLOSE = "([{", ")]}"
-
-
-def indent_width(line: str, tab: int = 4) -> int:
-    width = 0
-    for ch in line:
-        if ch == " ":
-            width += 1
-        elif ch == "\t":
-            width += tab - width % tab
-        else:
-            break
-    return width
 
 
 def stop_index(text: str, rule: StopRule) -> int | None:

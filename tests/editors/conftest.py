@@ -28,14 +28,9 @@ def specfill_exe() -> Path:
 @pytest.fixture(scope="session")
 def default_models() -> Path:
     """The default model pair must be fetched; the editors talk to the real server."""
-    from lsp_server.models.cli_models import default_pair_status
-    from lsp_server.models.registry import resolve_cache_dir
+    from tests.model_cache import default_models_or_fail
 
-    cache = resolve_cache_dir()
-    not_ready = [status.spec.name for status in default_pair_status(cache) if not status.ready]
-    if not_ready:
-        pytest.fail(f"default models missing in {cache} ({', '.join(not_ready)}): run make models")
-    return cache
+    return default_models_or_fail()
 
 
 @pytest.fixture(scope="session")

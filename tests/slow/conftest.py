@@ -7,8 +7,7 @@ import os
 import pytest
 import torch
 
-from lsp_server.models.cli_models import default_pair_status
-from lsp_server.models.registry import resolve_cache_dir
+from tests.model_cache import default_models_or_fail
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -19,8 +18,4 @@ def real_model_threads():
 
 @pytest.fixture(scope="session")
 def real_cache():
-    root = resolve_cache_dir()
-    missing = [s.spec.name for s in default_pair_status(root) if not s.ready]
-    if missing:
-        pytest.fail(f"default models missing in {root} ({', '.join(missing)}): run `make models`")
-    return root
+    return default_models_or_fail()

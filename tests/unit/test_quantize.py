@@ -302,6 +302,14 @@ def test_local_models_get_a_stable_cache_key_of_their_own(tmp_path: Path) -> Non
     assert local != quant_cache_key(str(tmp_path / "other" / "my-model"))
 
 
+def test_quantize_for_takes_a_config_tag_and_caches_under_the_model_key(tmp_path: Path) -> None:
+    from lsp_server.models.quant_cache import quantize_for
+
+    model = quantize_for(tiny_model(), "int4-g64-nohead", "qwen2.5-coder-0.5b", cache_dir=tmp_path)
+    assert model.quant_config == QuantConfig("int4", 64, include_lm_head=False)
+    assert (tmp_path / "qwen2.5-coder-0.5b" / "quant" / "int4-g64-nohead" / "quant.json").exists()
+
+
 def test_no_temp_directories_are_left_behind(tmp_path: Path) -> None:
     orphan = tmp_path / "tiny" / "quant" / ".int8.999999999.tmp"  # a pid that cannot exist
     orphan.mkdir(parents=True)

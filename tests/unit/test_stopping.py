@@ -1,0 +1,46 @@
+"""Stop rules cut the completion where the context said it ends, as soon as that is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from lsp_server.engine.stopping import stop_index
+from lsp_server.engine.types import StopRule
+
+
+def cut(text: str, rule: StopRule) -> str | None:
+    i = stop_index(text, rule)
+    return None if i is None else text[:i]
+
+
+def test_line_rule_never_lets_a_second_line_through():
+    assert cut("os, sys\nimport re", StopRule("line")) == "os, sys"
+    assert cut("os, sys", StopRule("line")) is None  # not known to be finished yet
+
+
+def test_block_rule_stops_at_the_dedent_that_closes_the_block():
+    body = "return a + b\n\n    # done\ndef other():\n    pass"
+    assert cut(body, StopRule("block", base_indent=0)) == "return a + b\n\n    # done"
+
+
+def test_block_rule_waits_until_a_line_has_content():
+    partial = "x = 1\n    y = 2\n  "  # the next line's indentation is not known yet
+    assert cut(partial, StopRule("block", base_indent=2)) is None
+    assert cut(partial + "z", StopRule("block", base_indent=2)) == "x = 1\n    y = 2"
+
+
+def test_block_rule_measures_tabs_like_the_policy():
+    assert cut("a\n\tb\nc", StopRule("block", base_indent=3)) == "a\n\tb"
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("foo(a,\n    b)\nbar()", "foo(a,\n    b)"),  # a newline inside brackets does not end it
+    ("x = 1\ny = 2", "x = 1"),
+    ("\nx = 1\ny", "\nx = 1"),  # a leading newline alone is not a statement
+])
+def test_statement_rule_ends_at_a_newline_outside_brackets(text, expected):
+    assert cut(text, StopRule("statement")) == expected
+
+
+def test_none_rule_never_cuts():
+    assert stop_index("a\n\nb", StopRule("none")) is None
