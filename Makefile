@@ -35,17 +35,17 @@ editors: editor-deps ## build the VS Code extension (.vsix)
 
 test: setup models editors ## all tests: unit, end-to-end, real models, real editors
 	$(PYTEST) tests/unit tests/e2e -q
-	$(PYTEST) tests/slow -q -m slow
-	$(PYTEST) tests/editors -q -m editors
+	$(PYTEST) tests/slow -q
+	$(PYTEST) tests/editors -q
 
 test-fast: setup ## unit and end-to-end tests on tiny models (about a minute)
 	$(PYTEST) tests/unit tests/e2e -q
 
 test-slow: models ## the real default pair: lossless decoding, the server end to end
-	$(PYTEST) tests/slow -q -m slow
+	$(PYTEST) tests/slow -q
 
 test-editors: models editors ## real Neovim and real VS Code (code-server) with the real server
-	$(PYTEST) tests/editors -q -m editors
+	$(PYTEST) tests/editors -q
 
 bench: models ## engine benchmark: HumanEval, 40 prompts, 128 tokens (about an hour on 2 cores)
 	$(SPECFILL) bench engine --prompts humaneval --limit 40 --max-new-tokens 128 --out $(OUT)/engine
