@@ -9,10 +9,13 @@ stop ids and token budget, and is timed end to end from a cold cache (prefill in
   can't take a second GGUF as a draft model, so this is its only speculative mode.
 - specfill <mode> plain / speculative: our engine, target and draft loaded from the converted
   safetensors and quantized with `apply_quant` (bf16, int8, int4-gN, mixed-gN; "T/D" gives
-  the draft its own mode, e.g. "mixed-g32/int4-g32").
+  the draft its own mode, e.g. "bf16/int4-g32").
 
-One runner's models are in memory at a time; within a specfill mode, plain and speculative
-alternate per prompt. llama-cpp-python is a benchmark-only dependency built by
+The load on a shared CPU drifts by minutes, so comparisons are paired: the llama.cpp models
+stay loaded, and each specfill mode is a block in which llama.cpp plain and that mode's
+plain and speculative runs take turns on every prompt (the order rotates). A mode's ratio
+to llama.cpp uses the llama.cpp runs of its own block. Prompt-lookup runs in the first
+block only. llama-cpp-python is a benchmark-only dependency built by
 `scripts/install-llama-cpp.sh`; without it the llama.cpp rows are skipped with a message.
 Output: DIR/results.json (`summary` first), DIR/results.md and DIR/tokens_per_s.png.
 """
@@ -25,7 +28,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable
 
 from lsp_server.bench.report import bar_plot, machine_info, markdown_table, median, plain_args, write_json
 
@@ -100,17 +103,6 @@ class LlamaRunner:
                 "tokens_per_s": len(out) / elapsed if elapsed else 0.0}
 
 
-def run_llama(mode: str, gguf: Path, prompts: list[Prompt], args: argparse.Namespace,
-              stop_ids: set[int], threads: int) -> Iterator[dict[str, Any]]:
-    n_ctx = max(len(p.ids) for p in prompts) + args.max_new_tokens + args.lookup_tokens + 16
-    runner = LlamaRunner(gguf, n_ctx, threads, args.lookup_tokens if mode == "prompt-lookup" else None)
-    runner.run(prompts[0].ids[:16], 2, stop_ids)  # warm-up: first-call allocations
-    for prompt in prompts:
-        yield {"prompt": prompt.name, **runner.run(prompt.ids, args.max_new_tokens, stop_ids)}
-    del runner
-    gc.collect()
-
-
 # --- specfill ------------------------------------------------------------------------------
 
 
@@ -118,16 +110,14 @@ def load_specfill(target: str, draft: str, modes: str) -> Any:
     """A Runtime for the pair, quantized: `modes` is "T" or "T/D" (QuantConfig tags)."""
     from lsp_server.engine.speculative import SpeculativeEngine
     from lsp_server.models.loader import load_pair
-    from lsp_server.models.quant_cache import apply_quant
-    from lsp_server.models.quantize import QuantConfig
+    from lsp_server.models.quant_cache import quantize_for
     from lsp_server.prompt import FimTokens
     from lsp_server.runtime import Runtime
 
     target_mode, _, draft_mode = modes.partition("/")
     pair = load_pair(target, draft, dtype="bf16", device="cpu")
-    for model, name, mode in ((pair.target, target, target_mode), (pair.draft, draft, draft_mode or target_mode)):
-        config = QuantConfig.parse(mode)
-        apply_quant(model, config.mode, name, config.group_size, config.include_lm_head)
+    quantize_for(pair.target, target_mode, target)
+    quantize_for(pair.draft, draft_mode or target_mode, draft)
     special = pair.special_tokens
     fim = FimTokens(special["<|fim_prefix|>"], special["<|fim_suffix|>"], special["<|fim_middle|>"])
     stop_ids = set(pair.stop_ids) | {fim.prefix, fim.suffix, fim.middle}  # as lsp_server.runtime does
@@ -135,20 +125,16 @@ def load_specfill(target: str, draft: str, modes: str) -> Any:
     return Runtime(engine, encoder(pair.tokenizer), fim, pair.info.lines())
 
 
-def run_specfill(modes: str, prompts: list[Prompt], args: argparse.Namespace) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(row name, result) for plain and speculative decoding, alternating per prompt."""
+def specfill_runners(modes: str, args: argparse.Namespace,
+                     warm_up: Prompt) -> dict[str, Callable[[Prompt], dict[str, Any]]]:
+    """Plain and speculative decoding with one loaded, quantized pair."""
     from lsp_server.bench.engine_bench import Runner
 
     target, draft = pair_names(args)
     runner = Runner(load_specfill(target, draft, modes), args)
-    runner.run("target", prompts[0].ids[:16])  # warm-up
-    kinds = (("plain", "target"), ("speculative", "specfill"))
-    for i, prompt in enumerate(prompts):
-        for kind, engine_mode in kinds[i % 2:] + kinds[:i % 2]:
-            row = runner.run(engine_mode, prompt.ids)
-            yield f"specfill {modes} {kind}", {"prompt": prompt.name, **row}
-    del runner
-    gc.collect()
+    runner.run("target", warm_up.ids[:16])  # first-call allocations
+    return {f"specfill {modes} plain": lambda p: runner.run("target", p.ids),
+            f"specfill {modes} speculative": lambda p: runner.run("specfill", p.ids)}
 
 
 # --- glue ----------------------------------------------------------------------------------
@@ -193,13 +179,16 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def tokens_per_s(results: list[dict[str, Any]]) -> float:
+    seconds = sum(r["seconds"] for r in results)
+    return sum(r["n"] for r in results) / seconds if seconds else 0.0
+
+
 def summarize_row(name: str, results: list[dict[str, Any]], reference: list[dict[str, Any]] | None,
                   load_average: float) -> dict[str, Any]:
-    tokens = sum(r["n"] for r in results)
-    seconds = sum(r["seconds"] for r in results)
     row: dict[str, Any] = {
-        "name": name, "prompts": len(results), "tokens": tokens, "seconds": seconds,
-        "tokens_per_s": tokens / seconds if seconds else 0.0,
+        "name": name, "prompts": len(results), "tokens": sum(r["n"] for r in results),
+        "seconds": sum(r["seconds"] for r in results), "tokens_per_s": tokens_per_s(results),
         "median_prompt_tokens_per_s": median([r["tokens_per_s"] for r in results]),
         "median_ttft_s": median([r.get("ttft_s") or (r.get("stats") or {}).get("ttft_s") for r in results]),
         "load_average_1min": load_average,
@@ -217,32 +206,56 @@ def summarize_row(name: str, results: list[dict[str, Any]], reference: list[dict
     return row
 
 
-def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    by_name = {r["name"]: r for r in rows}
-    plain = by_name.get("llama.cpp plain")
+def paired_ratios(results: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """specfill tokens/s over llama.cpp plain's, each over the blocks the specfill row ran in."""
+    llama = results.get("llama.cpp plain", [])
+    ratios = {}
+    for name, runs in results.items():
+        blocks = {r["block"] for r in runs}
+        reference = tokens_per_s([r for r in llama if r["block"] in blocks])
+        if name.startswith("specfill") and reference:
+            ratios[name] = tokens_per_s(runs) / reference
+    return ratios
+
+
+def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     summary: dict[str, Any] = {"tokens_per_s": {r["name"]: r["tokens_per_s"] for r in rows}}
-    if plain and plain["tokens_per_s"]:
-        ratios = {r["name"]: r["tokens_per_s"] / plain["tokens_per_s"]
-                  for r in rows if r["name"].startswith("specfill")}
-        best = max(ratios, key=ratios.get) if ratios else None
-        summary["specfill_vs_llamacpp_plain"] = {"per_mode": ratios, "best_mode": best,
-                                                 "best": ratios[best] if best else None}
+    ratios = paired_ratios(results)
+    if ratios:
+        best = max(ratios, key=lambda name: ratios[name])
+        summary["specfill_vs_llamacpp_plain"] = {"per_mode": ratios, "best_mode": best, "best": ratios[best]}
     return summary
 
 
 def write_report(out: Path, summary: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
+    ratios = (summary.get("specfill_vs_llamacpp_plain") or {}).get("per_mode", {})
     table = markdown_table(
-        ["runner", "tokens/s", "median prompt tok/s", "median TTFT s", "acceptance", "same as llama.cpp",
-         "load avg"],
-        [[r["name"], r["tokens_per_s"], r["median_prompt_tokens_per_s"], r["median_ttft_s"],
+        ["runner", "tokens/s", "x llama.cpp plain (paired)", "median prompt tok/s", "median TTFT s",
+         "acceptance", "same as llama.cpp", "load avg"],
+        [[r["name"], r["tokens_per_s"], ratios.get(r["name"]), r["median_prompt_tokens_per_s"], r["median_ttft_s"],
           r.get("acceptance_rate"), r.get("identical_to_llamacpp_plain"), r["load_average_1min"]] for r in rows])
     vs = summary.get("specfill_vs_llamacpp_plain") or {}
     best = f"\nbest specfill / llama.cpp plain: {vs['best']:.2f}x ({vs['best_mode']})\n" if vs.get("best") else ""
-    header = (f"# specfill bench peers\n\n{args.prompts}, {rows[0]['prompts'] if rows else 0} prompts, "
-              f"{args.max_new_tokens} new tokens, greedy, cold caches\n\n")
+    header = (f"# specfill bench peers\n\n{args.prompts}, {args.limit} prompts, {args.max_new_tokens} new tokens, "
+              f"greedy, cold caches, {os.environ.get('OMP_WAIT_POLICY', 'default')} OpenMP wait policy\n\n")
     (out / "results.md").write_text(header + table + best)
     bar_plot(out / "tokens_per_s.png", [r["name"] for r in rows], [r["tokens_per_s"] for r in rows],
              "tokens/s", f"{args.prompts}: specfill vs llama.cpp, same GGUF, tokens/s")
+
+
+def llama_runners(args: argparse.Namespace, prompts: list[Prompt], gguf: Path, stop_ids: set[int],
+                  threads: int) -> dict[str, Callable[[Prompt], dict[str, Any]]]:
+    modes = [m for m in args.llama_modes.split(",") if m]
+    unknown = set(modes) - set(LLAMA_MODES)
+    if unknown:
+        raise SystemExit(f"unknown llama.cpp modes: {', '.join(sorted(unknown))}")
+    n_ctx = max(len(p.ids) for p in prompts) + args.max_new_tokens + args.lookup_tokens + 16
+    runners = {}
+    for mode in modes:
+        llama = LlamaRunner(gguf, n_ctx, threads, args.lookup_tokens if mode == "prompt-lookup" else None)
+        llama.run(prompts[0].ids[:16], 2, stop_ids)  # warm-up: first-call allocations
+        runners[f"llama.cpp {mode}"] = lambda p, llama=llama: llama.run(p.ids, args.max_new_tokens, stop_ids)
+    return runners
 
 
 def run(args: argparse.Namespace) -> int:
@@ -257,36 +270,42 @@ def run(args: argparse.Namespace) -> int:
 
     target, _ = pair_names(args)
     gguf = ModelPaths.of(resolve_cache_dir(), get_model(target)).gguf(get_model(target))
-    info = {"machine": machine_info(), "args": plain_args(args), "gguf": str(gguf), "threads": threads}
+    info = {"machine": machine_info(), "args": plain_args(args), "gguf": str(gguf), "threads": threads,
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default")}
     results: dict[str, list[dict[str, Any]]] = {}
     load: dict[str, float] = {}
     rows: list[dict[str, Any]] = []
 
-    def record(name: str, result: dict[str, Any]) -> None:
-        results.setdefault(name, []).append(result)
+    def record(name: str, block: int, prompt: Prompt, result: dict[str, Any]) -> None:
+        results.setdefault(name, []).append({"prompt": prompt.name, "block": block, **result})
         load[name] = os.getloadavg()[0]
-        reference = results.get("llama.cpp plain") if name != "llama.cpp plain" else None
-        rows[:] = [summarize_row(n, rs, reference, load[n]) for n, rs in results.items()]
-        write_json(out / "results.json", {"summary": summarize(rows), **info, "rows": rows, "results": results})
+        reference = results.get("llama.cpp plain")
+        rows[:] = [summarize_row(n, rs, reference if n != "llama.cpp plain" else None, load[n])
+                   for n, rs in results.items()]
+        write_json(out / "results.json", {"summary": summarize(rows, results), **info, "rows": rows,
+                                          "results": results})
 
-    llama_modes = [m for m in args.llama_modes.split(",") if m]
-    missing = llama_cpp_missing() if llama_modes else None
+    missing = llama_cpp_missing() if args.llama_modes else None
     if missing:
         print(f"skipping llama.cpp: {missing}", flush=True)
         info["llama_cpp_skipped"] = missing
-        llama_modes = []
-    for mode in llama_modes:
-        print(f"llama.cpp {mode} ...", flush=True)
-        for result in run_llama(mode, gguf, prompts, args, stop_ids, threads):
-            record(f"llama.cpp {mode}", result)
-    for modes in [m.strip() for m in args.specfill_modes.split(",") if m.strip()]:
-        print(f"specfill {modes} ...", flush=True)
-        for name, result in run_specfill(modes, prompts, args):
-            record(name, result)
+    llama = {} if missing else llama_runners(args, prompts, gguf, stop_ids, threads)
+    blocks = [m.strip() for m in args.specfill_modes.split(",") if m.strip()] or [None]
+    for block, modes in enumerate(blocks):
+        print(f"block {block}: specfill {modes or '(none)'} with llama.cpp ...", flush=True)
+        runners = {name: fn for name, fn in llama.items() if block == 0 or name == "llama.cpp plain"}
+        if modes:
+            runners.update(specfill_runners(modes, args, prompts[0]))
+        names = list(runners)
+        for i, prompt in enumerate(prompts):
+            for name in names[i % len(names):] + names[:i % len(names)]:  # rotate: nobody always first
+                record(name, block, prompt, runners[name](prompt))
+        del runners
+        gc.collect()
     if not rows:
         print("nothing ran")
         return 1
-    summary = summarize(rows)
+    summary = summarize(rows, results)
     write_json(out / "results.json", {"summary": summary, **info, "rows": rows, "results": results})
     write_report(out, summary, rows, args)
     print((out / "results.md").read_text())

@@ -1,17 +1,21 @@
 """Speed and fidelity of bf16 / int8 / int4 weights for the default pair on this CPU.
 
-    nice -n 10 python -m lsp_server.bench.quant_speed [--modes bf16,int8,int4-g32,int4-g128]
+    OMP_WAIT_POLICY=PASSIVE nice -n 10 python -m lsp_server.bench.quant_speed [--modes bf16,int4-g32]
 
 For each model and mode: first-time quantization, load time from the cache (bf16 load +
-cached quantized layers), the median latency of one forward over 1 and over 5 new tokens
-with a KV cache after a ~100-token prompt, plain greedy decoding speed, and agreement with
-bf16 greedy output over HumanEval prompts:
+cached quantized layers), the latency (median and min) of one forward over 1 and over 5 new
+tokens with a KV cache after a ~100-token prompt, plain greedy decoding speed, and agreement
+with bf16 greedy output over HumanEval prompts (means over prompts):
 
-- prefix agreement: identical tokens before the first divergence / reference length;
-- teacher-forced agreement: fed bf16's own greedy continuation, how often the quantized
-  model's top-1 token equals bf16's at each position (what a speculative verifier sees).
+- prefix: identical tokens before the first divergence / reference length;
+- forced: fed bf16's own greedy continuation, how often the quantized model's top-1 token
+  equals bf16's (what a speculative verifier sees);
+- div/tie: prompts whose output differs from bf16's / of those, how many part where bf16's
+  own top-2 logits were within NEAR_TIE (a near-tie that rounding alone can flip).
 
-One model is in memory at a time. Writes DIR/quant_speed.json and prints a table.
+One model is in memory at a time. Writes DIR/quant_speed.json and prints a table. On a
+shared CPU set OMP_WAIT_POLICY=PASSIVE: spinning OpenMP threads made 2-thread forwards
+up to 10x slower whenever another process held a core.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from lsp_server.models.quantize import QuantConfig, quantized_layers, weight_byt
 from lsp_server.models.registry import DEFAULT_PAIR, ModelPaths, get_model, get_pair, resolve_cache_dir
 
 STOP_IDS = (151643, 151645)  # <|endoftext|>, <|im_end|>
+# As the engine benchmark's tie tolerance: a divergence where bf16's own top-1 and top-2
+# logits are closer than this is a near-tie that kernel rounding alone can flip.
+NEAR_TIE = 0.5
 
 
 @dataclass
@@ -49,8 +56,13 @@ class ModeResult:
     step1_min_ms: float
     step5_min_ms: float
     decode_tok_s: float
-    prefix_agreement: float | None = None  # median over prompts
-    teacher_forced_agreement: float | None = None  # median over prompts
+    prefix_agreement: float | None = None  # mean over prompts
+    prefix_agreement_median: float | None = None
+    teacher_forced_agreement: float | None = None  # mean over prompts
+    teacher_forced_agreement_median: float | None = None
+    divergences: int | None = None  # prompts whose greedy output differs from bf16's
+    near_tie_divergences: int | None = None  # ... where bf16's top-2 logits were < NEAR_TIE apart
+    self_teacher_forced: float | None = None  # bf16 only: see Reference.self_agreement
     layer_kinds: dict[str, int] = field(default_factory=dict)  # int8 / int4 -> number of layers
     load_average_1min: float = 0.0  # when this mode finished
     per_prompt: list[dict[str, float]] = field(default_factory=list)
@@ -117,24 +129,56 @@ def greedy(model: torch.nn.Module, prompt: torch.Tensor, new_tokens: int) -> tup
     return tokens, (len(tokens) - 1) / elapsed if len(tokens) > 1 else 0.0
 
 
+@dataclass
+class Reference:
+    """bf16's greedy continuation of one prompt, and its top-1 minus top-2 logit at each step."""
+
+    tokens: list[int]
+    margins: list[float]
+    # bf16 fed its own output in one batched forward: how often its top-1 equals what it
+    # chose token by token. Below 1.0 where the batched and 1-row kernels round differently.
+    self_agreement: float
+
+
 @torch.inference_mode()
+def forced_logits(model: torch.nn.Module, prompt: torch.Tensor, continuation: list[int]) -> torch.Tensor:
+    """Logits [R, V] predicting each token of `continuation`, fed the continuation itself."""
+    ids = torch.cat([prompt, torch.tensor([continuation])], dim=1)  # [1, P + R]
+    return model(input_ids=ids, logits_to_keep=len(continuation) + 1).logits[0, :-1].float()
+
+
+def make_reference(model: torch.nn.Module, prompt: torch.Tensor, tokens: list[int]) -> Reference:
+    logits = forced_logits(model, prompt, tokens)  # [R, V]
+    top2 = logits.topk(2, dim=-1).values  # [R, 2]
+    self_agreement = (logits.argmax(dim=-1) == torch.tensor(tokens)).float().mean().item()
+    return Reference(tokens, (top2[:, 0] - top2[:, 1]).tolist(), self_agreement)
+
+
 def teacher_forced_agreement(model: torch.nn.Module, prompt: torch.Tensor, reference: list[int]) -> float:
-    ids = torch.cat([prompt, torch.tensor([reference])], dim=1)  # [1, P + R]
-    logits = model(input_ids=ids, logits_to_keep=len(reference) + 1).logits[0, :-1]  # [R, V]
+    logits = forced_logits(model, prompt, reference)
     return (logits.argmax(dim=-1) == torch.tensor(reference)).float().mean().item()
 
 
-def prefix_agreement(tokens: list[int], reference: list[int]) -> float:
+def common_prefix(tokens: list[int], reference: list[int]) -> int:
     same = 0
     for a, b in zip(tokens, reference):
         if a != b:
             break
         same += 1
-    return same / len(reference)
+    return same
+
+
+def compare(model: torch.nn.Module, prompt: torch.Tensor, tokens: list[int], ref: Reference) -> dict[str, float | None]:
+    same = common_prefix(tokens, ref.tokens)
+    diverged = same < min(len(tokens), len(ref.tokens))
+    return {"prefix": same / len(ref.tokens),
+            "teacher_forced": teacher_forced_agreement(model, prompt, ref.tokens),
+            # bf16's own top-1 minus top-2 logit where the outputs part: small = a near-tie
+            "bf16_margin_at_divergence": ref.margins[same] if diverged else None}
 
 
 def measure_mode(name: str, hf_dir: Path, config: QuantConfig, prompts: list[torch.Tensor],
-                 references: list[list[int]] | None, args: argparse.Namespace) -> tuple[ModeResult, list[list[int]]]:
+                 references: list[Reference] | None, args: argparse.Namespace) -> tuple[ModeResult, list[Reference]]:
     quantize_s = None
     if config.mode != "bf16":
         model = load_bf16(hf_dir)
@@ -158,27 +202,34 @@ def measure_mode(name: str, hf_dir: Path, config: QuantConfig, prompts: list[tor
     outputs, speeds, per_prompt = [], [], []
     for i, prompt in enumerate(prompts):
         tokens, tok_s = greedy(model, prompt, args.new_tokens)
-        outputs.append(tokens)
         speeds.append(tok_s)
-        if references is not None:
-            per_prompt.append({"prefix": prefix_agreement(tokens, references[i]),
-                               "teacher_forced": teacher_forced_agreement(model, prompt, references[i])})
+        if references is None:
+            outputs.append(make_reference(model, prompt, tokens))
+            per_prompt.append({"self_teacher_forced": outputs[-1].self_agreement})
+        else:
+            per_prompt.append(compare(model, prompt, tokens, references[i]))
     result = ModeResult(
         model=name, mode=config.tag, quantize_s=quantize_s, load_s=load_s, load_quant_s=load_quant_s,
         read_mb_per_token=weight_bytes(model)["read_per_token"] / 1e6,
         step1_ms=step1, step5_ms=step5, step1_min_ms=step1_min, step5_min_ms=step5_min, decode_tok_s=statistics.median(speeds), per_prompt=per_prompt,
         layer_kinds=dict(Counter(quantized_layers(model).values())), load_average_1min=os.getloadavg()[0])
-    if per_prompt:
-        result.prefix_agreement = statistics.median(p["prefix"] for p in per_prompt)
-        result.teacher_forced_agreement = statistics.median(p["teacher_forced"] for p in per_prompt)
+    if references is None:
+        result.self_teacher_forced = statistics.mean(p["self_teacher_forced"] for p in per_prompt)
+    elif per_prompt:
+        result.prefix_agreement = statistics.mean(p["prefix"] for p in per_prompt)
+        result.prefix_agreement_median = statistics.median(p["prefix"] for p in per_prompt)
+        result.teacher_forced_agreement = statistics.mean(p["teacher_forced"] for p in per_prompt)
+        result.teacher_forced_agreement_median = statistics.median(p["teacher_forced"] for p in per_prompt)
+        result.divergences = sum(p["bf16_margin_at_divergence"] is not None for p in per_prompt)
+        result.near_tie_divergences = sum((p["bf16_margin_at_divergence"] or NEAR_TIE) < NEAR_TIE for p in per_prompt)
     del model
     gc.collect()
     return result, outputs
 
 
 def format_row(r: ModeResult) -> str:
-    agree = (f"{r.prefix_agreement:6.1%} {r.teacher_forced_agreement:6.1%}"
-             if r.prefix_agreement is not None else f"{'(ref)':>6} {'(ref)':>6}")
+    agree = (f"{r.prefix_agreement:6.1%} {r.teacher_forced_agreement:6.1%} {r.divergences:>2}/{r.near_tie_divergences:<2}"
+             if r.prefix_agreement is not None else f"{'(ref)':>6} {r.self_teacher_forced or 0:6.1%} {'':5}")
     quant = f"{r.quantize_s:6.1f}" if r.quantize_s is not None else f"{'-':>6}"
     return (f"{r.model:20} {r.mode:16} {r.read_mb_per_token:7.0f} {r.step1_ms:6.0f}/{r.step1_min_ms:<5.0f} "
             f"{r.step5_ms:6.0f}/{r.step5_min_ms:<5.0f} {r.decode_tok_s:6.1f} {r.load_s:6.1f} {r.load_quant_s:6.2f} "
@@ -186,7 +237,7 @@ def format_row(r: ModeResult) -> str:
 
 
 HEADER = (f"{'model':20} {'mode':16} {'MB/tok':>7} {'1 tok ms med/min':>16} {'5 tok ms med/min':>16} "
-          f"{'tok/s':>6} {'load s':>6} {'quant':>6} {'1st q':>6} {'prefix':>6} {'forced':>6} {'load':>5}")
+          f"{'tok/s':>6} {'load s':>6} {'quant':>6} {'1st q':>6} {'prefix':>6} {'forced':>6} {'div/tie':>5} {'load':>5}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -231,3 +231,12 @@ def apply_quant(model: nn.Module, mode: QuantMode, cache_key: str | None,
     except OSError as err:
         log.warning("could not cache quantized weights in %s: %s", directory, err)
     return model
+
+
+def quantize_for(model: nn.Module, tag: str, spec: str,
+                 cache_dir: str | os.PathLike[str] | None = None) -> nn.Module:
+    """`apply_quant` from a config tag ("bf16", "int4-g32", "mixed", ...) and a model spec
+    (registry name or path), with the same cache directory rules as the loader."""
+    config = QuantConfig.parse(tag)
+    root = Path(cache_dir).expanduser() if cache_dir else None
+    return apply_quant(model, config.mode, quant_cache_key(spec), config.group_size, config.include_lm_head, root)
