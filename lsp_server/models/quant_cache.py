@@ -6,9 +6,11 @@ Layout, next to the converted model (`SPECFILL_CACHE` overrides `~/.cache/specfi
     <root>/<cache_key>/quant/<tag>/quant.json            mode, group size, torch version, ...
 
 `<tag>` is `int8`, `int4-g32`, `mixed-g32`, `int4-g32-nohead`, ... Only the quantized layers
-are stored: embeddings and norms already live in the bf16 model the loader built. A cache is used only if everything in quant.json matches: the int4 packed layout depends
-on the torch version and on the CPU capability (AVX2 and AVX512 pack differently), and
-the source fingerprint catches a changed model under the same key. Writes go to a temp
+are stored: embeddings and norms already live in the bf16 model the loader built.
+
+A cache is used only if everything in quant.json matches: the int4 packed layout depends on
+the torch version and on the CPU capability (AVX2 and AVX512 pack differently), and the
+source fingerprint catches a changed model under the same key. Writes go to a temp
 directory renamed into place, so a crash never leaves a half-written cache behind.
 """
 
@@ -30,9 +32,9 @@ from torch import nn
 
 from lsp_server.models.quantize import (
     DEFAULT_GROUP_SIZE,
+    LayerKind,
     QuantConfig,
     QuantMode,
-    LayerKind,
     empty_quantized_linear,
     linear_names,
     quantize_model,
@@ -212,6 +214,8 @@ def apply_quant(model: nn.Module, mode: QuantMode, cache_key: str | None,
     device = next(model.parameters()).device
     if config.mode != "bf16" and device.type != "cpu":
         raise ValueError(f"{config.tag} uses torch's CPU kernels; the model is on {device}: use bf16 there")
+    if quantized_layers(model):
+        raise ValueError("the model is quantized already; load it again in bf16 to quantize it differently")
     if config.mode == "bf16" or cache_key is None:
         return quantize_model(model, mode, group_size, include_lm_head)
     directory = quant_dir(cache_key, config, root)

@@ -310,6 +310,12 @@ def test_quantize_for_takes_a_config_tag_and_caches_under_the_model_key(tmp_path
     assert (tmp_path / "qwen2.5-coder-0.5b" / "quant" / "int4-g64-nohead" / "quant.json").exists()
 
 
+def test_quantizing_a_quantized_model_again_is_refused(tmp_path: Path) -> None:
+    model = apply_quant(tiny_model(), "int8", "tiny", root=tmp_path)
+    with pytest.raises(ValueError, match="quantized already"):
+        apply_quant(model, "int4", "tiny", 32, root=tmp_path)
+
+
 def test_no_temp_directories_are_left_behind(tmp_path: Path) -> None:
     orphan = tmp_path / "tiny" / "quant" / ".int8.999999999.tmp"  # a pid that cannot exist
     orphan.mkdir(parents=True)
