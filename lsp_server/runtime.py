@@ -42,20 +42,20 @@ def resolve_quant(tag: str, role: str, device_type: str, dtype: Any) -> str:
     return "bf16"  # CUDA, or fp32 CPUs: torch's weight-only kernels here are CPU + bf16
 
 
-def apply_quantization(model: Any, tag: str, source: Any) -> None:
-    from lsp_server.models.quant_cache import apply_quant
-    from lsp_server.models.quantize import QuantConfig
+def apply_quantization(model: Any, tag: str, source: Any, cache_dir: str | None = None) -> None:
+    """Quantize once and cache the result on disk under the loader's cache root: a registry
+    model under its name, a local directory or GGUF file under a key made from its path (its
+    weights' fingerprint still guards against a changed file at the same path)."""
+    from lsp_server.models.quant_cache import quantize_for
 
-    q = QuantConfig.parse(tag)
-    # Registry models cache their quantized weights under their name; other sources are
-    # quantized at each start (no stable name to cache them under).
-    cache_key = source.spec if source.kind == "registry" else None
-    apply_quant(model, q.mode, cache_key, q.group_size, q.include_lm_head)
+    quantize_for(model, tag, source.spec, cache_dir=cache_dir)
 
 
 def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     from lsp_server.engine.speculative import SpeculativeEngine
+    from lsp_server.models.lm_head import flatten_head_input
     from lsp_server.models.loader import load_pair
+    from lsp_server.models.quantize import keep_dense_for_prefill, linear_weights
     from lsp_server.prompt import FimTokens
 
     m = config.model
@@ -66,7 +66,12 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
         quant = resolve_quant(quant, role, pair.device.type, pair.dtype)
         if quant != "bf16":
             progress(f"{role}: {quant} weights (cached on disk after the first time)")
-            apply_quantization(model, quant, getattr(pair.info, role).source)
+            dense = linear_weights(model) if role == "draft" else {}
+            apply_quantization(model, quant, getattr(pair.info, role).source, m.cacheDir or None)
+            # The int4 kernel is slow on many rows: the draft prefills on its bf16 weights.
+            # Not the target: its output must stay exactly the quantized model's.
+            keep_dense_for_prefill(model, dense)
+        flatten_head_input(model)  # after quantization, which may replace the head
     special = pair.special_tokens
     missing = [t for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>") if t not in special]
     if missing:

@@ -12,12 +12,15 @@ from torch import nn
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from lsp_server.models import quant_cache
+from lsp_server.models.lm_head import flatten_head_input
 from lsp_server.models.quant_cache import apply_quant, load_quantized, quant_dir, save_quantized
 from lsp_server.models.quant_fit import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8, relative_error
 from lsp_server.models.quantize import (
     Int4Linear,
     Int8Linear,
     QuantConfig,
+    keep_dense_for_prefill,
+    linear_weights,
     quantize_model,
     quantized_layers,
     weight_bytes,
@@ -322,3 +325,55 @@ def test_no_temp_directories_are_left_behind(tmp_path: Path) -> None:
     apply_quant(tiny_model(), "int8", "tiny", root=tmp_path)
     apply_quant(tiny_model(seed=1), "int8", "tiny", root=tmp_path)  # overwrites the stale cache
     assert sorted(p.name for p in (tmp_path / "tiny" / "quant").iterdir()) == ["int8"]
+
+
+def test_dense_weights_run_prefills_and_the_int4_kernel_runs_decode_steps() -> None:
+    original = tiny_model()
+    weights = {name: m.weight.detach().clone() for name, m in original.named_modules() if type(m) is nn.Linear}
+    model = quantize_model(copy.deepcopy(original), "int4", 32)
+    dense_weights = linear_weights(original)
+    assert keep_dense_for_prefill(model, dense_weights, min_rows=4) == len(quantized_layers(model))
+    layer = model.model.layers[0].mlp.up_proj
+    few, many = torch.randn(1, 3, 64, dtype=torch.bfloat16), torch.randn(1, 4, 64, dtype=torch.bfloat16)
+    # Below min_rows: the int4 kernel, i.e. its dequantized weight; from min_rows: bf16 weights.
+    torch.testing.assert_close(layer(few).float(), few.float() @ layer.dequantized_weight().T,
+                               rtol=BF16_OUTPUT_RTOL, atol=BF16_OUTPUT_RTOL * 4)
+    torch.testing.assert_close(layer(many), nn.functional.linear(many, weights["model.layers.0.mlp.up_proj"]))
+    assert layer(many).shape == (1, 4, 128)
+    # The dense weights are no buffers: the on-disk quantized cache never stores them.
+    assert not any("dense" in key for key in model.state_dict())
+
+
+def test_a_draft_prefilled_on_dense_weights_leaves_speculative_output_lossless() -> None:
+    from lsp_server.engine.speculative import SpeculativeEngine
+    from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
+    from tests.tiny_models import CharTokenizer
+
+    target, original = tiny_model(seed=1), tiny_model(seed=2)
+    draft = quantize_model(copy.deepcopy(original), "int4", 32)
+    keep_dense_for_prefill(draft, linear_weights(original), min_rows=4)
+    prompt = [5, 17, 99, 3, 250, 42, 7, 8, 9, 10]
+    policy = DraftPolicy(context="test", k_init=3, k_min=1, k_max=3, max_new_tokens=20,
+                         stop=StopRule("none"), draft_p_min=0.0, mode="fixed", prompt_lookup=False)
+    engine = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[])
+    final = list(engine.generate(CompletionRequest("r", tuple(prompt), policy)))[-1]
+    with torch.inference_mode():
+        expected = greedy(target, torch.tensor([prompt]), 20).tolist()
+    assert list(final.token_ids) == expected
+    assert final.stats.drafters["draft"].drafted > 0
+
+
+def test_flattened_head_input_gives_the_same_logits_in_every_shape() -> None:
+    model = tiny_model()
+    prompt = torch.tensor([[5, 17, 99, 3, 250, 42, 7, 8]])
+    with torch.inference_mode():
+        before_all = model(prompt).logits
+        before_last = model(prompt, logits_to_keep=1).logits
+        assert flatten_head_input(model) and flatten_head_input(model)  # idempotent
+        assert len(model.lm_head._forward_pre_hooks) == 1
+        after_all = model(prompt).logits
+        after_last = model(prompt, logits_to_keep=1).logits
+    assert after_all.shape == before_all.shape == (1, 8, 256)
+    assert after_last.shape == before_last.shape == (1, 1, 256)
+    torch.testing.assert_close(after_all, before_all)
+    torch.testing.assert_close(after_last, before_last)
