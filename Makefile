@@ -47,7 +47,7 @@ test-slow: models ## the real default pair: lossless decoding, the server end to
 test-editors: models editors ## real Neovim and real VS Code (code-server) with the real server
 	$(PYTEST) tests/editors -q
 
-bench: models ## engine benchmark: HumanEval, 40 prompts, 128 tokens (about an hour on 2 cores)
+bench: models ## engine benchmark: HumanEval, 40 prompts, 128 tokens (about 25 minutes on 2 idle cores)
 	$(SPECFILL) bench engine --prompts humaneval --limit 40 --max-new-tokens 128 --out $(OUT)/engine
 
 bench-lsp: models ## the server over stdio while typing: first-token and cancel latency

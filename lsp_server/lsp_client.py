@@ -232,6 +232,16 @@ class SpecfillClient:
                 raise TimeoutError(f"models not loaded after {timeout_s:.0f} s")
             await asyncio.sleep(poll_s)
 
+    async def wait_message(self, needle: str, timeout_s: float = 10.0, poll_s: float = 0.02) -> bool:
+        """Whether a window/showMessage or logMessage containing `needle` arrives in time
+        (the server logs "models ready" up to one progress poll after it is ready)."""
+        deadline = time.monotonic() + timeout_s
+        while not any(needle in m.text for m in self.messages):
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(poll_s)
+        return True
+
     async def wait_idle(self, timeout_s: float = 30.0, poll_s: float = 0.02) -> bool:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

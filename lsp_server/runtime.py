@@ -51,6 +51,11 @@ def apply_quantization(model: Any, tag: str, source: Any, cache_dir: str | None 
     quantize_for(model, tag, source.spec, cache_dir=cache_dir)
 
 
+def special_token_ids(tokenizer: Any) -> set[int]:
+    """Ids of the tokenizer's special added tokens: control tokens, never code."""
+    return {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
+
+
 def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     from lsp_server.engine.speculative import SpeculativeEngine
     from lsp_server.models.lm_head import flatten_head_input
@@ -79,8 +84,9 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
             f"{m.target} has no fill-in-the-middle tokens ({', '.join(missing)}); "
             "choose a FIM-trained code model")
     fim = FimTokens(special["<|fim_prefix|>"], special["<|fim_suffix|>"], special["<|fim_middle|>"])
-    # Any FIM marker in the output means the model has left the middle: stop there too.
-    stop_ids = set(pair.stop_ids) | {fim.prefix, fim.suffix, fim.middle}
+    # Any special token in the output (a FIM marker, <|fim_pad|>, <|file_sep|>, ...) means
+    # the model has left the middle: stop there rather than show it as text.
+    stop_ids = set(pair.stop_ids) | {fim.prefix, fim.suffix, fim.middle} | special_token_ids(pair.tokenizer)
     engine = SpeculativeEngine(pair.target, pair.draft, pair.tokenizer, sorted(stop_ids))
     tokenizer = pair.tokenizer
 

@@ -31,12 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     p.add_argument("--target", default=None)
     p.add_argument("--draft", default=None)
+    p.add_argument("--quant", default="auto", help="target weights: auto | bf16 | int8 | int4[-gN] (model.quant)")
+    p.add_argument("--draft-quant", default="auto", help="draft weights (model.draftQuant)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--k", type=int, default=4, help="specfill's initial k")
-    p.add_argument("--k-max", type=int, default=8)
-    p.add_argument("--p-min", type=float, default=0.4, help="draft confidence stop")
+    p.add_argument("--k-max", type=int, default=12)
+    p.add_argument("--p-min", type=float, default=0.7, help="draft confidence stop")
     p.add_argument("--no-lookup", action="store_true")
 
 
@@ -185,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
     unknown = set(modes) - set(MODES)
     if unknown:
         raise SystemExit(f"unknown modes: {', '.join(sorted(unknown))}")
-    model = ModelConfig(dtype=args.dtype, device=args.device,
+    model = ModelConfig(dtype=args.dtype, device=args.device, quant=args.quant, draftQuant=args.draft_quant,
                         **{k: v for k, v in (("target", args.target), ("draft", args.draft)) if v})
     runtime = load_runtime(Config(model=model), lambda line: print(f"[load] {line}", flush=True))
     runner = Runner(runtime, args)
@@ -239,7 +241,7 @@ def write_report(out_dir: Path, summary: dict, rows: list[dict], modes: list[str
     facts = "\n".join(f"- {k}: {summary[k]:.3f}" if isinstance(summary.get(k), float)
                       else f"- {k}: {summary.get(k)}" for k in keys if k in summary)
     header = (f"# specfill bench engine\n\n{args.prompts}, {len(rows)} prompts, "
-              f"{args.max_new_tokens} new tokens, greedy, dtype {args.dtype}\n\n")
+              f"{args.max_new_tokens} new tokens, greedy, dtype {args.dtype}, weights {args.quant}/{args.draft_quant}\n\n")
     (out_dir / "results.md").write_text(header + table + "\n" + facts + "\n")
     bar_plot(out_dir / "tokens_per_s.png", modes, [tps[m] for m in modes], "tokens/s",
              f"{args.prompts}: tokens/s by mode ({len(rows)} prompts)")

@@ -55,10 +55,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seeds the keystroke intervals")
     p.add_argument("--target", default=None)
     p.add_argument("--draft", default=None)
+    p.add_argument("--quant", default=None, help="target weights (model.quant; default: the server's)")
+    p.add_argument("--draft-quant", default=None, help="draft weights (model.draftQuant)")
     p.add_argument("--dtype", default=None)
     p.add_argument("--threads", type=int, default=0, help="server torch threads (0 = default)")
     p.add_argument("--max-new-tokens", type=int, default=0, help="0 = the syntax policy's budget")
     p.add_argument("--ready-timeout-s", type=float, default=600.0)
+    p.add_argument("--suffix-tokens", type=int, default=None,
+                   help="contextWindow.suffixTokens (default: the server's); every keystroke re-prefills it")
 
 
 # -- the text to type (pure) --------------------------------------------------------
@@ -362,10 +366,13 @@ def default_file() -> Path:
 
 def server_options(args: argparse.Namespace) -> dict[str, Any]:
     model = {k: v for k, v in (("target", args.target), ("draft", args.draft),
-                               ("dtype", args.dtype), ("threads", args.threads)) if v}
+                               ("dtype", args.dtype), ("threads", args.threads),
+                               ("quant", args.quant), ("draftQuant", args.draft_quant)) if v}
     options: dict[str, Any] = {"model": model} if model else {}
     if args.max_new_tokens:
         options["maxNewTokens"] = args.max_new_tokens
+    if args.suffix_tokens is not None:
+        options["contextWindow"] = {"suffixTokens": args.suffix_tokens}
     return options
 
 

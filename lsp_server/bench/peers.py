@@ -49,8 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lookup-tokens", type=int, default=10, help="llama.cpp prompt-lookup draft length")
     p.add_argument("--threads", type=int, default=0, help="threads for both (0: torch's default)")
     p.add_argument("--k", type=int, default=4, help="specfill's initial k")
-    p.add_argument("--k-max", type=int, default=8)
-    p.add_argument("--p-min", type=float, default=0.4, help="draft confidence stop")
+    p.add_argument("--k-max", type=int, default=12)
+    p.add_argument("--p-min", type=float, default=0.7, help="draft confidence stop")
     p.add_argument("--no-lookup", action="store_true", help="specfill without its n-gram drafter")
 
 
@@ -107,22 +107,14 @@ class LlamaRunner:
 
 
 def load_specfill(target: str, draft: str, modes: str) -> Any:
-    """A Runtime for the pair, quantized: `modes` is "T" or "T/D" (QuantConfig tags)."""
-    from lsp_server.engine.speculative import SpeculativeEngine
-    from lsp_server.models.loader import load_pair
-    from lsp_server.models.quant_cache import quantize_for
-    from lsp_server.prompt import FimTokens
-    from lsp_server.runtime import Runtime
+    """The server's own Runtime for the pair, quantized: `modes` is "T" or "T/D" (QuantConfig tags)."""
+    from lsp_server.config import Config, ModelConfig
+    from lsp_server.runtime import load_runtime
 
     target_mode, _, draft_mode = modes.partition("/")
-    pair = load_pair(target, draft, dtype="bf16", device="cpu")
-    quantize_for(pair.target, target_mode, target)
-    quantize_for(pair.draft, draft_mode or target_mode, draft)
-    special = pair.special_tokens
-    fim = FimTokens(special["<|fim_prefix|>"], special["<|fim_suffix|>"], special["<|fim_middle|>"])
-    stop_ids = set(pair.stop_ids) | {fim.prefix, fim.suffix, fim.middle}  # as lsp_server.runtime does
-    engine = SpeculativeEngine(pair.target, pair.draft, pair.tokenizer, sorted(stop_ids))
-    return Runtime(engine, encoder(pair.tokenizer), fim, pair.info.lines())
+    model = ModelConfig(target=target, draft=draft, dtype="bf16", device="cpu",
+                        quant=target_mode, draftQuant=draft_mode or target_mode)
+    return load_runtime(Config(model=model), lambda line: print(f"[load] {line}", flush=True))
 
 
 def specfill_runners(modes: str, args: argparse.Namespace,

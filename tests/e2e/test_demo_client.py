@@ -39,7 +39,7 @@ async def test_client_streams_a_completion_and_reads_the_stats(tiny_pair_dirs):
         assert s["last"]["generated_tokens"] >= 1
         assert s["last"]["prefilled_tokens"] == s["last"]["prompt_tokens"]  # first request: cold
         assert isinstance(s["last"]["drafters"], dict)
-        assert any("models ready" in m.text for m in client.messages)
+        assert await client.wait_message("models ready")
     assert client.returncode == 0
 
 

@@ -1,0 +1,32 @@
+"""Pieces of engine assembly that need no model weights."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from tokenizers import AddedToken
+
+from lsp_server.runtime import CPU_AUTO_QUANT, resolve_quant, special_token_ids
+
+
+def test_every_special_added_token_stops_generation_but_ordinary_added_tokens_do_not() -> None:
+    # Qwen2.5-Coder has 20 special added tokens; a completion once printed <|fim_pad|> x8
+    # when only the end-of-text and three FIM markers stopped it.
+    tokenizer = SimpleNamespace(added_tokens_decoder={
+        151643: AddedToken("<|endoftext|>", special=True),
+        151662: AddedToken("<|fim_pad|>", special=True),
+        151664: AddedToken("<|file_sep|>", special=True),
+        151700: AddedToken("my_word", special=False),
+    })
+    assert special_token_ids(tokenizer) == {151643, 151662, 151664}
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_auto_quantization_follows_the_device(role: str) -> None:
+    import torch
+
+    assert resolve_quant("auto", role, "cpu", torch.bfloat16) == CPU_AUTO_QUANT[role]
+    assert resolve_quant("auto", role, "cuda", torch.bfloat16) == "bf16"
+    assert resolve_quant("auto", role, "cpu", torch.float32) == "bf16"
+    assert resolve_quant("int8", role, "cpu", torch.bfloat16) == "int8"
