@@ -108,13 +108,17 @@ class Runner:
         new = out[0, len(ids):].tolist()
         return [t for t in new[: next((i for i, t in enumerate(new) if t in self.stop_ids), len(new))]]
 
-    def tie_margin(self, ids: list[int], common: list[int]) -> float:
-        """Target's top-1 minus top-2 logit where two outputs part ways."""
-        torch = self.torch
-        with torch.inference_mode():
-            logits = self.target(input_ids=torch.tensor([ids + common])).logits[0, -1].float()
-        top2 = logits.topk(2).values
-        return float(top2[0] - top2[1])
+
+
+def tie_margin(target: Any, ids: list[int], common: list[int]) -> float:
+    """The target's top-1 minus top-2 logit after `ids + common`: where two outputs that
+    share `common` part ways. Below TIE_TOLERANCE, bf16 rounding alone can flip the pick."""
+    import torch
+
+    with torch.inference_mode():
+        logits = target(input_ids=torch.tensor([ids + common])).logits[0, -1].float()
+    top2 = logits.topk(2).values
+    return float(top2[0] - top2[1])
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -218,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
             if a != b:
                 n = common_prefix(a, b)
                 row["divergence_at"] = n
-                row["tie_margin"] = runner.tie_margin(ids, b[:n])
+                row["tie_margin"] = tie_margin(runner.target, ids, b[:n])
                 row["near_tie"] = row["tie_margin"] < TIE_TOLERANCE
         rows.append(row)
         write_json(out_dir / "results.json", {"summary": summarize(rows, modes), **info, "rows": rows})

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from lsp_server.bench.engine_bench import common_prefix
 from lsp_server.bench.report import bar_plot, machine_info, markdown_table, median, plain_args, write_json
 
 LLAMA_MODES = ("plain", "prompt-lookup")
@@ -162,13 +163,6 @@ def build_prompts(args: argparse.Namespace) -> tuple[list[Prompt], set[int]]:
     vocab = tokenizer.get_vocab()
     stops = {vocab[t] for t in ("<|endoftext|>", "<|im_end|>") if t in vocab}
     return prompts, stops | {QWEN_FIM.prefix, QWEN_FIM.suffix, QWEN_FIM.middle}
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def tokens_per_s(results: list[dict[str, Any]]) -> float:

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from lsp_server.bench.engine_bench import TIE_TOLERANCE, common_prefix
+from lsp_server.bench.engine_bench import TIE_TOLERANCE, common_prefix, tie_margin
 from lsp_server.bench.policy_prompts import BOILERPLATE, CLASSES, HIGH_ENTROPY, ClassSpot, build_prompt_set
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
 from lsp_server.engine.types import DraftPolicy, StopRule
@@ -231,27 +231,13 @@ class Runner:
                 "tokens_per_s": len(final.token_ids) / elapsed if elapsed else 0.0,
                 "reason": final.reason, "text": final.text, "policy": _policy_dict(policy), "stats": stats}
 
-
     def divergence_margins(self, ids: list[int], row: dict[str, Any], modes: Sequence[str]) -> dict[str, float]:
         """For each mode whose output differs from the target alone: the target's top-1
-        minus top-2 logit where they part (0 when one output is a prefix of the other)."""
-        import torch
-
+        minus top-2 logit where they part (where one stopped and the other went on, when
+        one output is a prefix of the other)."""
         reference = row["target"]["tokens"]
-        margins: dict[str, float] = {}
-        for mode in modes:
-            out = row[mode]["tokens"]
-            if mode == "target" or out == reference:
-                continue
-            n = common_prefix(out, reference)
-            if n == min(len(out), len(reference)):
-                margins[mode] = 0.0
-                continue
-            with torch.inference_mode():
-                logits = self.engine.target(input_ids=torch.tensor([ids + reference[:n]])).logits[0, -1].float()
-            top2 = logits.topk(2).values
-            margins[mode] = float(top2[0] - top2[1])
-        return margins
+        return {mode: tie_margin(self.engine.target, ids, reference[:common_prefix(row[mode]["tokens"], reference)])
+                for mode in modes if mode != "target" and row[mode]["tokens"] != reference}
 
 
 def _policy_dict(p: DraftPolicy) -> dict[str, Any]:

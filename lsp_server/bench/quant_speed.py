@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from lsp_server.bench.datasets import humaneval
+from lsp_server.bench.engine_bench import common_prefix
 from lsp_server.models.quant_cache import apply_quant, cache_matches, quant_dir, read_meta, source_fingerprint
 from lsp_server.models.quantize import QuantConfig, quantized_layers, weight_bytes
 from lsp_server.models.registry import DEFAULT_PAIR, ModelPaths, get_model, get_pair, resolve_cache_dir
@@ -157,15 +158,6 @@ def make_reference(model: torch.nn.Module, prompt: torch.Tensor, tokens: list[in
 def teacher_forced_agreement(model: torch.nn.Module, prompt: torch.Tensor, reference: list[int]) -> float:
     logits = forced_logits(model, prompt, reference)
     return (logits.argmax(dim=-1) == torch.tensor(reference)).float().mean().item()
-
-
-def common_prefix(tokens: list[int], reference: list[int]) -> int:
-    same = 0
-    for a, b in zip(tokens, reference):
-        if a != b:
-            break
-        same += 1
-    return same
 
 
 def compare(model: torch.nn.Module, prompt: torch.Tensor, tokens: list[int], ref: Reference) -> dict[str, float | None]:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from lsp_server.engine.cache import common_prefix_len  # what the KV cache reuses
 from lsp_server.prompt import (
     QWEN_FIM,
     ContextBudget,
@@ -44,15 +45,6 @@ class CountingEncoder:
     def __call__(self, text: str) -> list[int]:
         self.lengths.append(len(text))
         return self.encode(text)
-
-
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    length = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        length += 1
-    return length
 
 
 def line_index(text: str, offset: int) -> int:
@@ -181,15 +173,15 @@ def prompts_while_typing(typed: str, mode: str) -> list[list[int]]:
 def test_typing_twenty_characters_keeps_over_90_percent_of_the_spm_prompt():
     prompts = prompts_while_typing("value, width=70) + 1", "spm")
     for before, after in zip(prompts, prompts[1:]):
-        assert common_prefix_length(before, after) > 0.9 * len(before)
-    assert common_prefix_length(prompts[0], prompts[-1]) > 0.9 * len(prompts[0])
+        assert common_prefix_len(before, after) > 0.9 * len(before)
+    assert common_prefix_len(prompts[0], prompts[-1]) > 0.9 * len(prompts[0])
 
 
 def test_psm_order_shares_less_with_the_previous_prompt_than_spm():
     typed = "value, width=70) + 1"
     spm, psm = prompts_while_typing(typed, "spm"), prompts_while_typing(typed, "psm")
-    spm_shared = common_prefix_length(spm[0], spm[-1]) / len(spm[0])
-    psm_shared = common_prefix_length(psm[0], psm[-1]) / len(psm[0])
+    spm_shared = common_prefix_len(spm[0], spm[-1]) / len(spm[0])
+    psm_shared = common_prefix_len(psm[0], psm[-1]) / len(psm[0])
     assert psm_shared < 0.9 < spm_shared
 
 
