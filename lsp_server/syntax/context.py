@@ -156,10 +156,14 @@ def classify(tree: Tree | None, source: bytes, offset: int, language_id: str) ->
     line = text.cursor_line(source, offset)
     root = tree.root_node
     scopes = {s.start: s for s in _token_scopes(root, source, offset, line, language)}
+    ancestors = _ancestor_scopes(root, source, offset, language)
+    # Inside a string or comment the tree knows is closed, indented prose lines are not headers.
+    prose_from = max((s.start for s in ancestors if s.role in ("string", "comment")), default=len(source))
     if language == "python":
         for header in text.enclosing_headers(source, line.start, line.indent):
-            scopes[header.start] = _Scope("body", header.start, header.line_start, text.word_flavor(header.word))
-    for scope in _ancestor_scopes(root, source, offset, language):
+            if header.start < prose_from:
+                scopes[header.start] = _Scope("body", header.start, header.line_start, text.word_flavor(header.word))
+    for scope in ancestors:
         scopes[scope.start] = scope  # the tree knows node types; it wins over token guesses
     ordered = sorted(scopes.values(), key=lambda s: s.start)
     kind, depth, density = _decide(ordered, root, source, offset, line, language)
@@ -392,7 +396,10 @@ def _leaf_scope(
         return _Scope("string", start, line_start, doc=doc, quote=opener or '"')
     if ("string" in kind and ("content" in kind or "fragment" in kind)) or kind == "jsx_text":
         if leaf.start_byte < offset <= leaf.end_byte and not any(s.role == "string" for s in stack):
-            return _Scope("string", start, _line_start(source, start))  # opened above the window
+            # Opened above the window: the string node still knows whether it is a docstring.
+            string = leaf.parent
+            doc = language == "python" and string is not None and string.type in _STRINGS and _is_python_docstring(string)
+            return _Scope("string", start, _line_start(source, start), doc=doc)
         return None
     if kind == "*" and line_leaves and line_leaves[-1].type == "/" and line_leaves[-1].end_byte == start:
         # `/*` lexed as two operators: an unterminated block comment in an ERROR node.

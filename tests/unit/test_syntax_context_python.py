@@ -48,6 +48,29 @@ CASES = [
             """
             return a
         ''', K.DOCSTRING),
+    Case("docstring opened many lines above the cursor", '''
+        def get_lib(prefix=None):
+            """Return the directory containing the library.
+
+            If 'plat_specific' is true, return the directory
+            containing platform-specific modules, i.e. any module
+            from a non-pure-Python module distribution.
+
+            |
+            """
+            return prefix
+        ''', K.DOCSTRING),
+    Case("indented prose in a class docstring is not a block header", '''
+        class FileList:
+            """A list of files.
+
+            Instance attributes:
+              dir
+                |
+            """
+            def __init__(self):
+                self.files = []
+        ''', K.DOCSTRING),
     Case("triple-quoted string that is not a docstring", "s = '''abc\ndef |\n", K.STRING, mid_typing=True),
     Case("comment in a body", """
         def f(a):
