@@ -19,6 +19,7 @@ from .cache import Aborted, KVSlot, SlotPool, abort_scope, install_abort_hooks
 from .controller import AcceptanceMemory, Controller
 from .detokenize import StreamingText
 from .drafters import Draft, ModelDrafter, PromptLookupDrafter
+from .healing import TokenTexts, mask_to, remaining
 from .sampling import Sampling, entropy, pick, verify_greedy, verify_sampled
 from .stopping import stop_index
 from .types import CompletionRequest, DraftPolicy, EngineEvent, Finished, Stats, TextDelta
@@ -74,6 +75,7 @@ class SpeculativeEngine:
                 install_abort_hooks(model)
         self.lookup = PromptLookupDrafter()
         self.memory = AcceptanceMemory()
+        self._token_texts: TokenTexts | None = None  # built at the first request to heal
 
     # -- public -----------------------------------------------------------------
 
@@ -84,8 +86,17 @@ class SpeculativeEngine:
         try:
             slot = self.pool.acquire(run.ids)
             with abort_scope(should_abort):
-                first = self._prefill(run, slot, should_abort)
-            yield from self._accept(run, [first])
+                logits = self._prefill(run, slot, should_abort)
+            rest = request.heal
+            token, rest = self._choose(run, logits, rest)
+            yield from self._accept(run, [token])
+            while rest and not run.stats.stop_reason:  # spelling out the healed text
+                if should_abort():
+                    raise Aborted()
+                with abort_scope(should_abort):
+                    logits = self._plain_step(run, slot)
+                token, rest = self._choose(run, logits, rest)
+                yield from self._accept(run, [token])
             controller = Controller(request.policy, self.memory)
             while not run.stats.stop_reason:
                 if should_abort():
@@ -96,6 +107,13 @@ class SpeculativeEngine:
         except Aborted:
             run.stats.stop_reason = "aborted"
         yield self._finish(run)
+
+    def token_texts(self) -> TokenTexts:
+        """The vocabulary's texts for healing, indexed once (~1 s for 152k tokens)."""
+        if self._token_texts is None:
+            vocab = self.target.config.vocab_size
+            self._token_texts = TokenTexts.from_tokenizer(self.tokenizer, vocab, self.stop_ids)
+        return self._token_texts
 
     def clear_caches(self) -> None:
         self.pool.clear()
@@ -116,7 +134,8 @@ class SpeculativeEngine:
                     StreamingText(self.tokenizer))
 
     @torch.inference_mode()
-    def _prefill(self, run: _Run, slot: KVSlot, should_abort: Callable[[], bool]) -> int:
+    def _prefill(self, run: _Run, slot: KVSlot, should_abort: Callable[[], bool]) -> torch.Tensor:
+        """Next-token logits [V] after the prompt, feeding only what the slot lacks."""
         t = time.perf_counter()
         fed, logits = slot.extend(run.ids, self.options.prefill_chunk, should_abort)
         if logits is None:  # the slot already held the whole prompt
@@ -127,7 +146,27 @@ class SpeculativeEngine:
         # The draft catches up lazily in its first round; only bind its slot here.
         if self._model_drafter(run.request.policy) is not None:
             self.drafter.begin(run.ids)
-        return pick(logits, run.sampling, run.gen)
+        return logits
+
+    @torch.inference_mode()
+    def _plain_step(self, run: _Run, slot: KVSlot) -> torch.Tensor:
+        """Feed the newest token alone; next-token logits [V]. Metered as a plain round."""
+        t = time.perf_counter()
+        logits = slot.feed([run.ids[-1]])[-1]
+        run.stats.verify_s += time.perf_counter() - t
+        run.stats.rounds += 1
+        run.stats.plain_rounds += 1
+        run.stats.k_trace.append(0)
+        return logits
+
+    def _choose(self, run: _Run, logits: torch.Tensor, rest: str) -> tuple[int, str]:
+        """One token from next-token logits; while `rest` of the healed text is still to be
+        spelled out, only from the tokens that continue it. Returns (token, what is left)."""
+        if not rest:
+            return pick(logits, run.sampling, run.gen), ""
+        texts = self.token_texts()
+        token = pick(mask_to(logits, texts.allowed(rest)), run.sampling, run.gen)
+        return token, remaining(rest, texts.text(token) or "")
 
     @torch.inference_mode()
     def _round(
@@ -213,18 +252,26 @@ class SpeculativeEngine:
         stats.token_times_s.extend([now] * len(new_tokens))
         if stats.ttft_s is None and new_tokens:
             stats.ttft_s = now
-        before = run.text.text
+        before = _shown(run)
         run.text.update(run.generated, final=bool(stats.stop_reason))
-        cut = stop_index(run.text.text, run.request.policy.stop)
+        shown = _shown(run)
+        cut = stop_index(shown, run.request.policy.stop)
         if cut is not None:
-            run.text.text = run.text.text[:cut]
+            shown = shown[:cut]
+            run.text.text = run.request.heal + shown
             stats.stop_reason = "stop-rule"
-        if run.text.text != before and run.text.text.startswith(before):
-            yield TextDelta(run.request.id, run.text.text[len(before):], run.text.text)
+        if shown != before and shown.startswith(before):
+            yield TextDelta(run.request.id, shown[len(before):], shown)
 
     def _finish(self, run: _Run) -> Finished:
         stats = run.stats
         stats.generated_tokens = len(run.generated)
         stats.total_s = time.perf_counter() - run.t0
         reason = stats.stop_reason or "aborted"
-        return Finished(run.request.id, run.text.text, tuple(run.generated), stats, reason)
+        return Finished(run.request.id, _shown(run), tuple(run.generated), stats, reason)
+
+
+def _shown(run: _Run) -> str:
+    """The output text after the healed text (nothing until that is spelled out)."""
+    heal, text = run.request.heal, run.text.text
+    return text[len(heal):] if text.startswith(heal) else ""

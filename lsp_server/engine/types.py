@@ -57,6 +57,9 @@ class CompletionRequest:
     temperature: float = 0.0
     top_p: float = 1.0
     seed: int | None = None
+    # Text the output must start with, tokenized as the model likes (engine.healing): the
+    # prompt builder cut it from the prompt's end. It is not part of the streamed text.
+    heal: str = ""
 
     @property
     def max_new_tokens(self) -> int:
