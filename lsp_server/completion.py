@@ -70,7 +70,8 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtim
         prefix, suffix, runtime.encode, runtime.fim,
         ContextBudget(window.prefixTokens, window.suffixTokens), window.fimMode)
     request = CompletionRequest(
-        f"{cursor.uri}#{next(_ids)}", tuple(prompt.ids), policy, config.temperature, config.topP)
+        f"{cursor.uri}#{next(_ids)}", tuple(prompt.ids), policy, config.temperature, config.topP,
+        heal=prompt.heal)
     log.info("completion %s at %d:%d: %s, %d prompt tokens", request.id, cursor.line,
              cursor.character, describe(context), len(prompt.ids))
     return Prepared(request, context, suffix)

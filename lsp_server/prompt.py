@@ -15,6 +15,14 @@ Two things shape the window:
   its end, so consecutive prompts share all but their last few tokens and the engine
   re-prefills only those. In PSM order everything after the cursor is re-prefilled on each
   keystroke. Which order the model completes better is for the benchmarks to say.
+- `psm-line` is PSM with the lines around the cursor moved from the prefix to the start of
+  the middle: `<fim_prefix>{prefix up to a grid line}<fim_suffix>{suffix}<fim_middle>{from
+  that line to the cursor}`, the grid being every `middle_lines`-th line from the top. The
+  model continues the middle it was handed, and typing (new lines included) only grows the
+  prompt at its end, as in SPM, while the model still sees the order it was trained on;
+  only crossing a grid line re-prefills the suffix window. The middle's last token is cut
+  and healed (`heal`): the model would otherwise continue from a token boundary it rarely
+  saw there (after a lone `" "` it writes `" False"`, one space too many).
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Sequence
 
 Encode = Callable[[str], list[int]]
-FimMode = Literal["psm", "spm"]
+FimMode = Literal["psm", "spm", "psm-line"]
+FIM_MODES: tuple[str, ...] = ("psm", "spm", "psm-line")
 
 _EOL = re.compile(r"\r\n|\r|\n")
 # A piece averaging more characters per token than this is taken not to fit, without
@@ -54,6 +63,8 @@ class ContextBudget:
     suffix_tokens: int = 256
     # The prefix window starts on every `block_lines`-th line of the file.
     block_lines: int = 16
+    # psm-line: the middle opens with the lines since every `middle_lines`-th line.
+    middle_lines: int = 8
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,9 @@ class FimPrompt:
     mode: FimMode
     prefix_start: int  # where `prefix` starts in the given prefix (0: nothing dropped)
     suffix_end: int  # where `suffix` ends in the given suffix
+    # psm-line: the text of the cursor line's last token, cut from the prompt; the output
+    # must start with it (engine.healing) and it is not shown.
+    heal: str = ""
 
     @property
     def total_tokens(self) -> int:
@@ -170,6 +184,14 @@ def _content_end(text: str, start: int) -> int:
     return eol.start() if eol else len(text)
 
 
+def _block_start(text: str, lines: int) -> int:
+    """Where the line that starts the cursor's block of `lines` lines starts: line numbers
+    count from the top of `text`, blocks from line 0. The cursor line is the last one."""
+    breaks = [eol.end() for eol in _EOL.finditer(text)]
+    first = len(breaks) // max(lines, 1) * max(lines, 1)
+    return breaks[first - 1] if first > 0 else 0
+
+
 def _tail_line_starts(text: str, floor: int) -> tuple[list[int], int]:
     """The line starts at or after `floor`, and the line number of the first: only the
     tail of a big file is scanned, line numbers still count from its top."""
@@ -249,28 +271,56 @@ def build_fim_prompt(
 ) -> FimPrompt:
     """The FIM prompt for a cursor between `prefix` and `suffix` (the whole document's text
     before and after it: line numbers count from the top of `prefix`)."""
-    if mode not in ("psm", "spm"):
-        raise ValueError(f"FIM mode must be 'psm' or 'spm', not {mode!r}")
+    if mode not in FIM_MODES:
+        raise ValueError(f"FIM mode must be one of {', '.join(FIM_MODES)}, not {mode!r}")
     prefix_meter = _Meter(encode, budget.prefix_tokens)
     start = _prefix_start(prefix, budget, prefix_meter)
-    prefix_ids = prefix_meter.ids(prefix[start:]) if start < len(prefix) else []
+    # psm-line: the lines typed since the last grid line (within the window) open the middle.
+    line_start = max(_block_start(prefix, budget.middle_lines), start) if mode == "psm-line" else len(prefix)
+    prefix_ids = prefix_meter.ids(prefix[start:line_start]) if start < line_start else []
+    line_ids = prefix_meter.ids(prefix[line_start:]) if line_start < len(prefix) else []
+    line_ids, heal = _heal_last_token(prefix[line_start:], line_ids, encode)
     suffix_meter = _Meter(encode, budget.suffix_tokens, prefix_meter.chars_per_token)
     end = _suffix_end(suffix, budget, suffix_meter)
     suffix_ids = suffix_meter.ids(suffix[:end]) if end > 0 else []
-    if mode == "psm":
-        ids = [fim.prefix, *prefix_ids, fim.suffix, *suffix_ids, fim.middle]
-    else:
+    if mode == "spm":
         ids = [fim.suffix, *suffix_ids, fim.prefix, *prefix_ids, fim.middle]
+    else:
+        ids = [fim.prefix, *prefix_ids, fim.suffix, *suffix_ids, fim.middle, *line_ids]
     return FimPrompt(
         ids=ids,
         prefix=prefix[start:],
         suffix=suffix[:end],
-        prefix_tokens=len(prefix_ids),
+        prefix_tokens=len(prefix_ids) + len(line_ids),
         suffix_tokens=len(suffix_ids),
         mode=mode,
         prefix_start=start,
         suffix_end=end,
+        heal=heal,
     )
+
+
+# A token rarely spans more characters than this; past it, no healing.
+_MAX_HEAL_CHARS = 32
+
+
+def _heal_last_token(line: str, ids: list[int], encode: Encode) -> tuple[list[int], str]:
+    """Cut the last token of the middle's opening text: (ids without it, its text). The
+    model then writes that text itself, split as it likes (see engine.healing). No cut when
+    the text before the token does not encode to the other tokens (a merge across them)."""
+    if not ids:
+        return ids, ""
+    if line[-1:].isspace():
+        # After indentation or a space the next word's token usually takes the last space
+        # (`"       "`, `" st"`): cut back to where a word typed next would start.
+        probe = encode(line + "x")[:-1]
+        for size in range(0, min(len(line), _MAX_HEAL_CHARS) + 1):
+            if encode(line[: len(line) - size]) == probe:
+                return probe, line[len(line) - size:]
+    for size in range(1, min(len(line), _MAX_HEAL_CHARS) + 1):
+        if encode(line[:-size]) == ids[:-1]:
+            return ids[:-1], line[-size:]
+    return ids, ""
 
 
 # --- post-processing -------------------------------------------------------------------

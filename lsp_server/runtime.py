@@ -88,6 +88,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     # the model has left the middle: stop there rather than show it as text.
     stop_ids = set(pair.stop_ids) | {fim.prefix, fim.suffix, fim.middle} | special_token_ids(pair.tokenizer)
     engine = SpeculativeEngine(pair.target, pair.draft, pair.tokenizer, sorted(stop_ids))
+    engine.token_texts()  # now rather than in the first completion that heals a token
     tokenizer = pair.tokenizer
 
     def encode(text: str) -> list[int]:

@@ -63,6 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ready-timeout-s", type=float, default=600.0)
     p.add_argument("--suffix-tokens", type=int, default=None,
                    help="contextWindow.suffixTokens (default: the server's); every keystroke re-prefills it")
+    p.add_argument("--fim-mode", default=None, choices=("psm", "spm", "psm-line"),
+                   help="contextWindow.fimMode (default: the server's)")
 
 
 # -- the text to type (pure) --------------------------------------------------------
@@ -371,8 +373,9 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
     options: dict[str, Any] = {"model": model} if model else {}
     if args.max_new_tokens:
         options["maxNewTokens"] = args.max_new_tokens
-    if args.suffix_tokens is not None:
-        options["contextWindow"] = {"suffixTokens": args.suffix_tokens}
+    window = {k: v for k, v in (("suffixTokens", args.suffix_tokens), ("fimMode", args.fim_mode)) if v is not None}
+    if window:
+        options["contextWindow"] = window
     return options
 
 

@@ -52,7 +52,8 @@ async def test_client_edits_warm_the_cache_and_cancel_leaves_the_worker_idle(tin
         client.insert(URI, 2, 11, 8, "s")
         await client.complete(URI, 11, 9)
         warm = (await client.stats())["last"]
-        assert warm["prompt_tokens"] > cold["prompt_tokens"]
+        # The typed "s" replaces the healed last token (psm-line), so the count may stay.
+        assert warm["prompt_tokens"] >= cold["prompt_tokens"]
         assert warm["prefilled_tokens"] < cold["prefilled_tokens"] / 2
 
         client.configure({"maxNewTokens": 4000})

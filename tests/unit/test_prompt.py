@@ -299,3 +299,47 @@ def test_strip_trailing_whitespace_lines_keeps_the_last_lines_own_spaces():
 
 def test_source_fixture_is_long_enough_to_need_a_window():
     assert len(bpe_like(SOURCE)) > ContextBudget().prefix_tokens + ContextBudget().suffix_tokens
+
+
+# --- psm-line: the lines around the cursor open the middle ---------------------------------
+
+
+def block_start_offset(text: str, line: int) -> int:
+    starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", text)]
+    return starts[line]
+
+
+@pytest.mark.parametrize("encode", [bpe_like, byte_tokens])
+def test_psm_line_opens_the_middle_with_the_lines_since_the_grid_line(encode):
+    cursor = cursor_in_middle_of_source()
+    prefix, suffix = SOURCE[:cursor], SOURCE[cursor:]
+    budget = ContextBudget()
+    prompt = build_fim_prompt(prefix, suffix, encode, FIM, budget, "psm-line")
+    grid_line = line_index(SOURCE, cursor) // budget.middle_lines * budget.middle_lines
+    opening = prefix[block_start_offset(SOURCE, grid_line):]
+    s, m = prompt.ids.index(FIM.suffix), prompt.ids.index(FIM.middle)
+    assert prompt.ids[0] == FIM.prefix and s < m
+    assert prompt.ids[1:s] == encode(prefix[prompt.prefix_start:len(prefix) - len(opening)])
+    assert prompt.ids[s + 1:m] == encode(prompt.suffix)
+    # The middle holds the opening lines but their last token, which the model re-spells.
+    assert opening.endswith(prompt.heal) and prompt.heal
+    assert prompt.ids[m + 1:] == encode(opening[:len(opening) - len(prompt.heal)])
+
+
+def test_psm_line_heals_trailing_space_where_the_next_word_would_start():
+    # The stand-in tokenizer keeps a space with the word after it: " x".
+    prompt = build_fim_prompt("a = 1\nreturn ", "\n", bpe_like, FIM, ContextBudget(), "psm-line")
+    assert prompt.heal == " "
+    assert prompt.ids[prompt.ids.index(FIM.middle) + 1:] == bpe_like("a = 1\nreturn")
+
+
+def test_typing_lines_within_a_block_keeps_the_psm_line_prompt_a_growing_prefix():
+    start = block_start_offset(SOURCE, 256)  # a grid line for any middle_lines dividing 256
+    typed = "    total = 0\n    for item in items:\n        total += item\n"
+    prompts = []
+    for count in range(len(typed) + 1):
+        prefix = SOURCE[:start] + typed[:count]
+        prompts.append(build_fim_prompt(prefix, SOURCE[start:], bpe_like, FIM, ContextBudget(), "psm-line").ids)
+    for before, after in zip(prompts, prompts[1:]):
+        # All but the last few tokens stay: new lines included, the suffix is never re-fed.
+        assert common_prefix_len(before, after) >= len(before) - 3
