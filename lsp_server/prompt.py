@@ -270,7 +270,8 @@ def build_fim_prompt(
     mode: FimMode = "psm",
 ) -> FimPrompt:
     """The FIM prompt for a cursor between `prefix` and `suffix` (the whole document's text
-    before and after it: line numbers count from the top of `prefix`)."""
+    before and after it: line numbers count from the top of `prefix`). In psm-line the
+    prefix window is split in two at a line start, which can cost one token over its budget."""
     if mode not in FIM_MODES:
         raise ValueError(f"FIM mode must be one of {', '.join(FIM_MODES)}, not {mode!r}")
     prefix_meter = _Meter(encode, budget.prefix_tokens)

@@ -343,3 +343,35 @@ def test_typing_lines_within_a_block_keeps_the_psm_line_prompt_a_growing_prefix(
     for before, after in zip(prompts, prompts[1:]):
         # All but the last few tokens stay: new lines included, the suffix is never re-fed.
         assert common_prefix_len(before, after) >= len(before) - 3
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    text=st.lists(st.sampled_from(list("ab (){}:=\n\r\t ") + ["\U0001F600", "中", "\r\n", "    "]),
+                  max_size=400).map("".join),
+    cursor=st.floats(0, 1),
+    prefix_tokens=st.integers(0, 80),
+    suffix_tokens=st.integers(0, 40),
+    middle_lines=st.integers(1, 6),
+    encode=st.sampled_from([bpe_like, byte_tokens]),
+)
+def test_psm_line_splits_the_same_window_into_prefix_and_middle(
+    text, cursor, prefix_tokens, suffix_tokens, middle_lines, encode
+):
+    at = int(cursor * len(text))
+    prefix, suffix = text[:at], text[at:]
+    budget = ContextBudget(prefix_tokens, suffix_tokens, middle_lines=middle_lines)
+    psm = build_fim_prompt(prefix, suffix, encode, FIM, budget, "psm")
+    line = build_fim_prompt(prefix, suffix, encode, FIM, budget, "psm-line")
+    assert (line.prefix, line.suffix, line.prefix_start) == (psm.prefix, psm.suffix, psm.prefix_start)
+    s, m = line.ids.index(FIM.suffix), line.ids.index(FIM.middle)
+    head = line.ids[1:s]
+    # The window's text = what the prefix part encodes + the middle's opening + the healed text.
+    cut = len(line.prefix) - next(n for n in range(len(line.prefix) + 1)
+                                  if encode(line.prefix[:len(line.prefix) - n]) == head)
+    opening = line.prefix[cut:]
+    assert opening.endswith(line.heal)
+    assert line.ids[m + 1:] == encode(opening[:len(opening) - len(line.heal)])
+    assert line.ids[s + 1:m] == encode(line.suffix)
+    # Splitting the window at a line start can cost one token over the budget.
+    assert line.prefix_tokens <= max(prefix_tokens, 0) + 1
