@@ -165,7 +165,11 @@ class SpeculativeEngine:
         if not rest:
             return pick(logits, run.sampling, run.gen), ""
         texts = self.token_texts()
-        token = pick(mask_to(logits, texts.allowed(rest)), run.sampling, run.gen)
+        allowed = texts.allowed(rest)
+        if not allowed:  # a byte-level vocabulary spells anything; other tokenizers may not
+            raise ValueError(f"no token of this model's vocabulary continues {rest!r}; "
+                             "set contextWindow.fimMode to psm")
+        token = pick(mask_to(logits, allowed), run.sampling, run.gen)
         return token, remaining(rest, texts.text(token) or "")
 
     @torch.inference_mode()

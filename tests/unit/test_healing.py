@@ -71,3 +71,25 @@ def test_without_healing_the_model_may_start_anywhere():
     held, _ = generate(SpeculativeEngine(target, None, tokenizer, stop_ids=[]), prompt, "zz", 0, mode="off")
     assert tokenizer.decode(held.token_ids).startswith("zz")
     assert not tokenizer.decode(free.token_ids).startswith("zz")
+
+
+def test_sampled_output_is_held_to_the_healed_text_too():
+    target, draft = tiny_model(seed=1), tiny_model(seed=2)
+    tokenizer = CharTokenizer()
+    policy = DraftPolicy(context="test", k_init=3, k_min=1, k_max=3, max_new_tokens=12,
+                         stop=StopRule("none"), draft_p_min=0.0, mode="fixed", prompt_lookup=False)
+    engine = SpeculativeEngine(target, draft, tokenizer, stop_ids=[])
+    for seed in range(5):
+        request = CompletionRequest(f"s{seed}", tuple(tokenizer.encode("x = [")), policy,
+                                    temperature=1.0, seed=seed, heal="1 + ")
+        final = list(engine.generate(request))[-1]
+        full = tokenizer.decode(final.token_ids)
+        assert full.startswith("1 + ") and final.text == full[4:]
+
+
+def test_a_healed_text_no_token_can_spell_is_a_clear_error():
+    tokenizer = CharTokenizer()  # its 48-token vocabulary has no "," (the 50th character)
+    engine = SpeculativeEngine(tiny_model(seed=1), None, tokenizer, stop_ids=[])
+    request = CompletionRequest("r", tuple(tokenizer.encode("f(a")), DraftPolicy(mode="off"), heal=", ")
+    with pytest.raises(ValueError, match="fimMode"):
+        list(engine.generate(request))
