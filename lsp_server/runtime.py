@@ -60,7 +60,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     from lsp_server.engine.speculative import SpeculativeEngine
     from lsp_server.models.lm_head import flatten_head_input
     from lsp_server.models.loader import load_pair
-    from lsp_server.models.quantize import keep_dense_for_prefill, linear_weights
+    from lsp_server.models.quantize import dequantized_weights, keep_dense_for_prefill, linear_weights
     from lsp_server.prompt import FimTokens
 
     m = config.model
@@ -73,9 +73,10 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
             progress(f"{role}: {quant} weights (cached on disk after the first time)")
             dense = linear_weights(model) if role == "draft" else {}
             apply_quantization(model, quant, getattr(pair.info, role).source, m.cacheDir or None)
-            # The int4 kernel is slow on many rows: the draft prefills on its bf16 weights.
-            # Not the target: its output must stay exactly the quantized model's.
-            keep_dense_for_prefill(model, dense)
+            # The quantized kernels are slow on many rows: prefills run on dense bf16
+            # weights, the draft's original ones, the target's own dequantized ones (its
+            # output must stay the quantized model's).
+            keep_dense_for_prefill(model, dense if role == "draft" else dequantized_weights(model))
         flatten_head_input(model)  # after quantization, which may replace the head
     special = pair.special_tokens
     missing = [t for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>") if t not in special]

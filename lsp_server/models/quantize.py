@@ -136,6 +136,36 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, _INNER_K_TILES)
 
 
+# torch 2.13's CPU packing, read off its output: blocks of 64 rows; per block and column k,
+# 32 bytes, byte j holding row j in its low nibble and row j + 32 in its high one. Checked
+# against `pack_int4` before use (`_unpack_layout_holds`); other shapes or versions fall back.
+_PACK_BLOCK_N = 64
+_unpack_checked: bool | None = None
+
+
+def _unpack_layout_holds() -> bool:
+    global _unpack_checked
+    if _unpack_checked is None:
+        codes = torch.randint(0, 16, (2 * _PACK_BLOCK_N, 64), generator=torch.Generator().manual_seed(0),
+                              dtype=torch.int32)
+        _unpack_checked = bool(torch.equal(_unpack(pack_int4(codes), *codes.shape), codes))
+    return _unpack_checked
+
+
+def _unpack(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    blocks = packed.reshape(n // _PACK_BLOCK_N, k, _PACK_BLOCK_N // 2)
+    codes = torch.cat([blocks & 0xF, blocks >> 4], dim=2)  # [N / 64, K, 64]
+    return codes.permute(0, 2, 1).reshape(n, k).to(torch.int32)
+
+
+def unpack_int4(packed: torch.Tensor, n: int, k: int) -> torch.Tensor | None:
+    """The codes [N, K] (0..15) behind `pack_int4`'s output, or None where the layout is
+    not known here (N not a multiple of 64, or a torch that packs differently)."""
+    if n % _PACK_BLOCK_N or not _unpack_layout_holds():
+        return None
+    return _unpack(packed, n, k)
+
+
 class Int4Linear(nn.Module):
     """`nn.Linear` with group-wise int4 weights packed for torch's CPU kernel; bf16 in and out."""
 
@@ -168,8 +198,11 @@ class Int4Linear(nn.Module):
         return cls.from_codes(linear, *quantize_int4(linear.weight, group_size), group_size)
 
     def dequantized_weight(self) -> torch.Tensor:
-        # The packed layout is private to the kernel; multiplying the identity recovers the
-        # weight as the kernel sees it (to bf16 output rounding).
+        codes = unpack_int4(self.weight, self.out_features, self.in_features)
+        if codes is not None:
+            return dequantize_int4(codes, self.scales_and_zeros, self.group_size)
+        # Multiplying the identity recovers the weight as the kernel sees it (to bf16 output
+        # rounding), whatever the layout; slow for big layers (a K-row matmul).
         eye = torch.eye(self.in_features, dtype=torch.bfloat16)  # [K, K]
         w_t = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.weight, self.group_size, self.scales_and_zeros)
         return w_t.float().T.contiguous()  # [N, K]
@@ -311,13 +344,21 @@ def linear_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: m.weight for name, m in model.named_modules() if type(m) is nn.Linear}
 
 
+def dequantized_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every quantized layer's own weight in bf16, by name: the same model for prefills."""
+    return {name: m.dequantized_weight().to(torch.bfloat16)
+            for name, m in model.named_modules() if isinstance(m, (Int8Linear, Int4Linear))}
+
+
 def keep_dense_for_prefill(model: nn.Module, weights: dict[str, torch.Tensor],
                            min_rows: int = DENSE_MIN_ROWS) -> int:
-    """Let quantized layers run inputs of `min_rows`+ rows (prefills) on their bf16 weights.
+    """Let quantized layers run inputs of `min_rows`+ rows (prefills) on dense bf16 weights.
 
-    Costs the bf16 weights' memory again. Only for a draft model: its outputs are guesses that
-    the target verifies, so prefilling it with other weights than it decodes with changes
-    acceptance slightly and output not at all. Returns how many layers got dense weights.
+    Costs the bf16 weights' memory again. A draft may get its original bf16 weights: its
+    outputs are guesses that the target verifies, so prefilling it with other weights than
+    it decodes with changes acceptance slightly and output not at all. A quantized target
+    gets its own weights dequantized (`dequantized_weights`): the same model, computed by
+    another kernel, so only rounding differs. Returns how many layers got dense weights.
     """
     count = 0
     for name, module in model.named_modules():

@@ -19,8 +19,11 @@ from lsp_server.models.quantize import (
     Int4Linear,
     Int8Linear,
     QuantConfig,
+    dequantized_weights,
     keep_dense_for_prefill,
     linear_weights,
+    pack_int4,
+    unpack_int4,
     quantize_model,
     quantized_layers,
     weight_bytes,
@@ -378,3 +381,32 @@ def test_flattened_head_input_gives_the_same_logits_in_every_shape() -> None:
     assert after_last.shape == before_last.shape == (1, 1, 256)
     torch.testing.assert_close(after_all, before_all)
     torch.testing.assert_close(after_last, before_last)
+
+
+@pytest.mark.parametrize("n,k", [(64, 64), (128, 256), (256, 1536)])
+def test_int4_codes_come_back_out_of_the_kernels_packed_layout(n, k) -> None:
+    codes = torch.randint(0, 16, (n, k), dtype=torch.int32)
+    assert torch.equal(unpack_int4(pack_int4(codes), n, k), codes)
+
+
+def test_a_layout_not_known_here_is_no_guess() -> None:
+    codes = torch.randint(0, 16, (48, 64), dtype=torch.int32)
+    assert unpack_int4(pack_int4(codes), 48, 64) is None
+
+
+def test_a_quantized_target_prefills_on_its_own_weights() -> None:
+    # Both paths of dequantized_weight (unpacked codes for 64-row multiples, the kernel on
+    # the identity otherwise) give the weight the int4 kernel computes with.
+    model = quantize_model(tiny_model(), "int4", 32)
+    dense = dequantized_weights(model)
+    assert sorted(dense) == sorted(quantized_layers(model))
+    assert keep_dense_for_prefill(model, dense, min_rows=4) == len(dense)
+    for name in ("model.layers.0.mlp.up_proj", "model.layers.0.self_attn.k_proj"):  # 128 and 32 rows
+        layer = model.get_submodule(name)
+        few = torch.randn(1, 3, 64, dtype=torch.bfloat16)  # the kernel
+        many = torch.randn(1, 6, 64, dtype=torch.bfloat16)  # the dense dequantized weight
+        scale = float(layer(many).abs().max())
+        torch.testing.assert_close(layer(many).float(), many.float() @ dense[name].float().T,
+                                   rtol=BF16_OUTPUT_RTOL, atol=BF16_OUTPUT_RTOL * scale)
+        torch.testing.assert_close(layer(few).float(), few.float() @ dense[name].float().T,
+                                   rtol=BF16_OUTPUT_RTOL, atol=BF16_OUTPUT_RTOL * 4)

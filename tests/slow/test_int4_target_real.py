@@ -1,0 +1,49 @@
+"""The real pair with an int4 target (`model.quant=int4-g32`): it prefills on its own weights
+dequantized to bf16 and decodes on the int4 kernel, and speculation still reproduces its
+plain greedy output, up to near-ties where the two kernels round differently."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsp_server.bench.engine_bench import TIE_TOLERANCE
+from lsp_server.config import Config, ModelConfig
+from lsp_server.engine.types import DraftPolicy, StopRule
+from lsp_server.models.quantize import Int4Linear
+from lsp_server.prompt import ContextBudget, build_fim_prompt
+from lsp_server.runtime import load_runtime
+from tests.slow.test_engine_real import PROMPTS, generate
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def runtime(real_cache):
+    return load_runtime(Config(model=ModelConfig(quant="int4-g32")), lambda _: None)
+
+
+def test_the_int4_target_keeps_dense_weights_for_prefills_only(runtime):
+    layers = [m for m in runtime.engine.target.modules() if isinstance(m, Int4Linear)]
+    assert layers and all(m.dense is not None and m.dense.dtype == torch.bfloat16 for m in layers)
+
+
+@pytest.mark.parametrize("prefix,suffix", PROMPTS[:2])
+def test_speculation_over_the_int4_target_matches_its_plain_output(runtime, prefix, suffix):
+    ids = build_fim_prompt(prefix, suffix, runtime.encode, runtime.fim, ContextBudget(), "psm").ids
+    plain = generate(runtime, ids, DraftPolicy(max_new_tokens=40, stop=StopRule("none"), mode="off"))
+    spec = generate(runtime, ids, DraftPolicy(context="test", k_init=3, k_max=3, max_new_tokens=40,
+                                              stop=StopRule("none"), draft_p_min=0.4, mode="adaptive"))
+    assert spec.stats.accepted > 0
+    a, b = list(spec.token_ids), list(plain.token_ids)
+    if a != b:
+        n = next(i for i in range(min(len(a), len(b)) + 1) if i == min(len(a), len(b)) or a[i] != b[i])
+        # The step that picked b[n] ran on the int4 kernel: score it the same way.
+        runtime.engine.clear_caches()
+        slot = runtime.engine.pool.acquire(ids + b[:n])
+        with torch.inference_mode():
+            slot.extend((ids + b[:n])[:-1])
+            logits = slot.feed([(ids + b[:n])[-1]])[-1].float()
+        top2 = logits.topk(2).values
+        margin = float(top2[0] - top2[1])
+        assert margin < TIE_TOLERANCE, f"diverged at token {n} with a top-2 margin of {margin:.3f}"
