@@ -75,7 +75,7 @@ class SpeculativeEngine:
                 install_abort_hooks(model)
         self.lookup = PromptLookupDrafter()
         self.memory = AcceptanceMemory()
-        self._token_texts: TokenTexts | None = None  # built at the first request to heal
+        self._token_texts: TokenTexts | None = None  # see token_texts()
 
     # -- public -----------------------------------------------------------------
 
