@@ -39,6 +39,9 @@ class EngineOptions:
     prefill_chunk: int = 512
     lookup_min_match: int = LOOKUP_MIN_MATCH
     lookup_min_acceptance: float = 0.5
+    # Most draft tokens per round whatever the policy says (0: no cap). For a target whose
+    # verify pass costs a step more from some row count on (torch's CPU int4 kernel: 5 rows).
+    max_k: int = 0
 
 
 @dataclass
@@ -178,6 +181,8 @@ class SpeculativeEngine:
     ) -> list[int]:
         stats, ids = run.stats, run.ids
         k = min(controller.next_k(), run.request.max_new_tokens - len(run.generated))
+        if self.options.max_k:
+            k = min(k, self.options.max_k)
         draft = self._draft(run, k, controller, should_abort) if k > 0 else Draft("plain", [])
         if should_abort():
             raise Aborted()

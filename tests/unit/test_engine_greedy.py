@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from lsp_server.engine.speculative import SpeculativeEngine
+from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, StopRule
 from tests.tiny_models import CharTokenizer, tiny_model
 
@@ -135,3 +135,12 @@ def test_stop_id_ends_generation_without_emitting_it(target):
     result = run(engine, prompt, policy(4, n=10))
     assert list(result.token_ids) == expected[: expected.index(stop)]
     assert result.reason == "eos"
+
+
+def test_max_k_caps_every_round_and_stays_lossless(target):
+    draft = tiny_model(seed=2)
+    prompt = list(range(1, 12))
+    capped = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[], options=EngineOptions(max_k=2))
+    final = run(capped, prompt, policy(6, mode="adaptive"))
+    assert max(final.stats.k_trace) <= 2 and final.stats.drafted > 0
+    assert list(final.token_ids) == plain_greedy(target, prompt, 24)
