@@ -344,21 +344,16 @@ def linear_weights(model: nn.Module) -> dict[str, torch.Tensor]:
     return {name: m.weight for name, m in model.named_modules() if type(m) is nn.Linear}
 
 
-def dequantized_weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every quantized layer's own weight in bf16, by name: the same model for prefills."""
-    return {name: m.dequantized_weight().to(torch.bfloat16)
-            for name, m in model.named_modules() if isinstance(m, (Int8Linear, Int4Linear))}
-
-
 def keep_dense_for_prefill(model: nn.Module, weights: dict[str, torch.Tensor],
                            min_rows: int = DENSE_MIN_ROWS) -> int:
-    """Let quantized layers run inputs of `min_rows`+ rows (prefills) on dense bf16 weights.
+    """Let quantized layers run inputs of `min_rows`+ rows (prefills) on dense bf16 weights
+    (the original ones, taken with `linear_weights` before quantizing).
 
-    Costs the bf16 weights' memory again. A draft may get its original bf16 weights: its
-    outputs are guesses that the target verifies, so prefilling it with other weights than
-    it decodes with changes acceptance slightly and output not at all. A quantized target
-    gets its own weights dequantized (`dequantized_weights`): the same model, computed by
-    another kernel, so only rounding differs. Returns how many layers got dense weights.
+    Costs the bf16 weights' memory again. For a draft this changes acceptance slightly and
+    output not at all. For a target it defines the model: prompts are read with the bf16
+    weights, tokens written with the quantized ones; plain and speculative decoding take the
+    same path, so speculation still reproduces that model's greedy output. Returns how many
+    layers got dense weights.
     """
     count = 0
     for name, module in model.named_modules():

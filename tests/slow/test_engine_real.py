@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lsp_server.bench.engine_bench import TIE_TOLERANCE
-from lsp_server.config import Config
+from lsp_server.config import Config, ModelConfig
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
 from lsp_server.prompt import ContextBudget, build_fim_prompt
 from lsp_server.runtime import load_runtime
@@ -27,7 +27,8 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def runtime(real_cache):
-    return load_runtime(Config(), lambda _: None)
+    # The bf16 target (the CPU default is int4-g32, tested in test_int4_target_real.py).
+    return load_runtime(Config(model=ModelConfig(quant="bf16")), lambda _: None)
 
 
 def generate(runtime, ids, policy):

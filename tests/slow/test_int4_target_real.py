@@ -1,6 +1,6 @@
-"""The real pair with an int4 target (`model.quant=int4-g32`): it prefills on its own weights
-dequantized to bf16 and decodes on the int4 kernel, and speculation still reproduces its
-plain greedy output, up to near-ties where the two kernels round differently."""
+"""The real pair with an int4 target (`model.quant=int4-g32`, the CPU default): it reads
+prompts with its bf16 weights and writes tokens with the int4 ones, and speculation still
+reproduces its plain greedy output, up to near-ties where kernels round differently."""
 
 from __future__ import annotations
 
