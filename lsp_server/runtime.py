@@ -27,12 +27,13 @@ class Runtime:
 
 
 # What "auto" means on a CPU with bf16 weights, per role: the fastest measured form of each.
-# int4-g32 target (`specfill bench engine --quant int4-g32`, 2 cores): 10.7-11.1 tokens/s vs
-# 7.85 for a bf16 target with speculation, first token in the server 0.16 s vs 0.30 s, and
+# int4-g32 target (`specfill bench engine --quant int4-g32`, 2 cores): 10.9-11.6 tokens/s vs
+# 7.85 for a bf16 target with speculation, first token in the server 0.15 s vs 0.30 s, and
 # 99 % of its tokens equal to the bf16 model's (the default target's GGUF is Q4_K anyway).
 CPU_AUTO_QUANT = {"target": "int4-g32", "draft": "int4-g32"}
 # torch's CPU int4 kernel costs twice as much from 5 rows on, so a verify of an int4 target
-# takes at most 3 draft tokens (+ 1): measured 1.04x plain with k <= 3, 0.96x with k <= 12.
+# takes at most 3 draft tokens (+ 1): speculation measured 1.04-1.06x plain with k <= 3,
+# 0.96x with k <= 12. `mixed` is int4 in most layers.
 INT4_TARGET_MAX_K = 3
 
 
@@ -83,7 +84,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
             # that defines the model whose output speculation reproduces: the same path
             # serves plain and speculative decoding.
             keep_dense_for_prefill(model, dense)
-            if role == "target" and quant.startswith("int4"):
+            if role == "target" and quant.startswith(("int4", "mixed")):
                 options.max_k = INT4_TARGET_MAX_K
         flatten_head_input(model)  # after quantization, which may replace the head
     special = pair.special_tokens
