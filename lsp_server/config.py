@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from lsp_server.models.registry import DEFAULT_PAIR, get_pair
+from lsp_server.prompt import FIM_MODES
 
 DEFAULT_TARGET = get_pair(DEFAULT_PAIR).target
 DEFAULT_DRAFT = get_pair(DEFAULT_PAIR).draft
@@ -70,7 +71,7 @@ class Config:
 _CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32"),
     "speculation.mode": ("adaptive", "fixed", "off"),
-    "contextWindow.fimMode": ("psm", "spm", "psm-line"),
+    "contextWindow.fimMode": FIM_MODES,
 }
 _RANGES: dict[str, tuple[float, float]] = {
     "model.threads": (0, 256),

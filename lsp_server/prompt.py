@@ -30,11 +30,11 @@ from __future__ import annotations
 import re
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence
+from typing import Callable, Literal, Sequence, get_args
 
 Encode = Callable[[str], list[int]]
 FimMode = Literal["psm", "spm", "psm-line"]
-FIM_MODES: tuple[str, ...] = ("psm", "spm", "psm-line")
+FIM_MODES: tuple[str, ...] = get_args(FimMode)
 
 _EOL = re.compile(r"\r\n|\r|\n")
 # A piece averaging more characters per token than this is taken not to fit, without
@@ -184,14 +184,6 @@ def _content_end(text: str, start: int) -> int:
     return eol.start() if eol else len(text)
 
 
-def _block_start(text: str, lines: int) -> int:
-    """Where the line that starts the cursor's block of `lines` lines starts: line numbers
-    count from the top of `text`, blocks from line 0. The cursor line is the last one."""
-    breaks = [eol.end() for eol in _EOL.finditer(text)]
-    first = len(breaks) // max(lines, 1) * max(lines, 1)
-    return breaks[first - 1] if first > 0 else 0
-
-
 def _tail_line_starts(text: str, floor: int) -> tuple[list[int], int]:
     """The line starts at or after `floor`, and the line number of the first: only the
     tail of a big file is scanned, line numbers still count from its top."""
@@ -204,6 +196,14 @@ def _tail_line_starts(text: str, floor: int) -> tuple[list[int], int]:
     line = text.count("\n", 0, first.end()) + text.count("\r", 0, first.end())
     line -= text.count("\r\n", 0, first.end())
     return [first.end()] + [eol.end() for eol in _EOL.finditer(text, first.end())], line
+
+
+def _middle_start(prefix: str, start: int, lines: int) -> int:
+    """psm-line: where the middle's opening lines start: the last line after the window start
+    `start` on the grid of every `lines`-th line from the top of `prefix`, else `start`."""
+    starts, first_line = _tail_line_starts(prefix, start)
+    grid = [cut for line, cut in enumerate(starts, first_line) if line % max(lines, 1) == 0]
+    return grid[-1] if grid else start
 
 
 def _prefix_start(prefix: str, budget: ContextBudget, meter: _Meter) -> int:
@@ -277,7 +277,7 @@ def build_fim_prompt(
     prefix_meter = _Meter(encode, budget.prefix_tokens)
     start = _prefix_start(prefix, budget, prefix_meter)
     # psm-line: the lines typed since the last grid line (within the window) open the middle.
-    line_start = max(_block_start(prefix, budget.middle_lines), start) if mode == "psm-line" else len(prefix)
+    line_start = _middle_start(prefix, start, budget.middle_lines) if mode == "psm-line" else len(prefix)
     prefix_ids = prefix_meter.ids(prefix[start:line_start]) if start < line_start else []
     line_ids = prefix_meter.ids(prefix[line_start:]) if line_start < len(prefix) else []
     line_ids, heal = _heal_last_token(prefix[line_start:], line_ids, encode)

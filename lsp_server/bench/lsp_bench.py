@@ -33,6 +33,7 @@ from pygls.exceptions import JsonRpcRequestCancelled
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
 from lsp_server.engine.types import percentile
 from lsp_server.lsp_client import SpecfillClient, completion_text, utf16_len
+from lsp_server.prompt import FIM_MODES
 
 # glob.py of the running Python: 8.7 KB, about 2,000 tokens for the Qwen2.5 tokenizer.
 DEFAULT_STDLIB_FILE = "glob.py"
@@ -63,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ready-timeout-s", type=float, default=600.0)
     p.add_argument("--suffix-tokens", type=int, default=None,
                    help="contextWindow.suffixTokens (default: the server's); every keystroke re-prefills it")
-    p.add_argument("--fim-mode", default=None, choices=("psm", "spm", "psm-line"),
+    p.add_argument("--fim-mode", default=None, choices=FIM_MODES,
                    help="contextWindow.fimMode (default: the server's)")
 
 
