@@ -136,36 +136,6 @@ def pack_int4(codes: torch.Tensor) -> torch.Tensor:
     return torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes, _INNER_K_TILES)
 
 
-# torch 2.13's CPU packing, read off its output: blocks of 64 rows; per block and column k,
-# 32 bytes, byte j holding row j in its low nibble and row j + 32 in its high one. Checked
-# against `pack_int4` before use (`_unpack_layout_holds`); other shapes or versions fall back.
-_PACK_BLOCK_N = 64
-_unpack_checked: bool | None = None
-
-
-def _unpack_layout_holds() -> bool:
-    global _unpack_checked
-    if _unpack_checked is None:
-        codes = torch.randint(0, 16, (2 * _PACK_BLOCK_N, 64), generator=torch.Generator().manual_seed(0),
-                              dtype=torch.int32)
-        _unpack_checked = bool(torch.equal(_unpack(pack_int4(codes), *codes.shape), codes))
-    return _unpack_checked
-
-
-def _unpack(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
-    blocks = packed.reshape(n // _PACK_BLOCK_N, k, _PACK_BLOCK_N // 2)
-    codes = torch.cat([blocks & 0xF, blocks >> 4], dim=2)  # [N / 64, K, 64]
-    return codes.permute(0, 2, 1).reshape(n, k).to(torch.int32)
-
-
-def unpack_int4(packed: torch.Tensor, n: int, k: int) -> torch.Tensor | None:
-    """The codes [N, K] (0..15) behind `pack_int4`'s output, or None where the layout is
-    not known here (N not a multiple of 64, or a torch that packs differently)."""
-    if n % _PACK_BLOCK_N or not _unpack_layout_holds():
-        return None
-    return _unpack(packed, n, k)
-
-
 class Int4Linear(nn.Module):
     """`nn.Linear` with group-wise int4 weights packed for torch's CPU kernel; bf16 in and out."""
 
@@ -198,11 +168,8 @@ class Int4Linear(nn.Module):
         return cls.from_codes(linear, *quantize_int4(linear.weight, group_size), group_size)
 
     def dequantized_weight(self) -> torch.Tensor:
-        codes = unpack_int4(self.weight, self.out_features, self.in_features)
-        if codes is not None:
-            return dequantize_int4(codes, self.scales_and_zeros, self.group_size)
-        # Multiplying the identity recovers the weight as the kernel sees it (to bf16 output
-        # rounding), whatever the layout; slow for big layers (a K-row matmul).
+        # The packed layout is private to the kernel; multiplying the identity recovers the
+        # weight as the kernel sees it (to bf16 output rounding).
         eye = torch.eye(self.in_features, dtype=torch.bfloat16)  # [K, K]
         w_t = torch.ops.aten._weight_int4pack_mm_for_cpu(eye, self.weight, self.group_size, self.scales_and_zeros)
         return w_t.float().T.contiguous()  # [N, K]

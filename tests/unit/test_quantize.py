@@ -21,8 +21,6 @@ from lsp_server.models.quantize import (
     QuantConfig,
     keep_dense_for_prefill,
     linear_weights,
-    pack_int4,
-    unpack_int4,
     quantize_model,
     quantized_layers,
     weight_bytes,
@@ -380,24 +378,3 @@ def test_flattened_head_input_gives_the_same_logits_in_every_shape() -> None:
     assert after_last.shape == before_last.shape == (1, 1, 256)
     torch.testing.assert_close(after_all, before_all)
     torch.testing.assert_close(after_last, before_last)
-
-
-@pytest.mark.parametrize("n,k", [(64, 64), (128, 256), (256, 1536)])
-def test_int4_codes_come_back_out_of_the_kernels_packed_layout(n, k) -> None:
-    codes = torch.randint(0, 16, (n, k), dtype=torch.int32)
-    assert torch.equal(unpack_int4(pack_int4(codes), n, k), codes)
-
-
-def test_a_layout_not_known_here_is_no_guess() -> None:
-    codes = torch.randint(0, 16, (48, 64), dtype=torch.int32)
-    assert unpack_int4(pack_int4(codes), 48, 64) is None
-
-
-def test_unpacked_and_kernel_dequantized_weights_agree() -> None:
-    # 128 rows: codes unpacked from the packed layout; 32 rows: the kernel on the identity.
-    model = quantize_model(tiny_model(), "int4", 32)
-    for name in ("model.layers.0.mlp.up_proj", "model.layers.0.self_attn.k_proj"):
-        layer = model.get_submodule(name)
-        few = torch.randn(1, 3, 64, dtype=torch.bfloat16)  # the int4 kernel
-        torch.testing.assert_close(layer(few).float(), few.float() @ layer.dequantized_weight().T,
-                                   rtol=BF16_OUTPUT_RTOL, atol=BF16_OUTPUT_RTOL * 4)
