@@ -130,16 +130,19 @@ def test_a_line_longer_than_the_budget_is_cut_on_a_character_boundary():
     assert prefix_bytes.decode("utf-8") == prompt.prefix
 
 
+def code_texts(*extra: str):
+    """Short documents of code-ish pieces, line breaks of every kind, multi-byte characters."""
+    pieces = list("ab (){}:=\n\r\t") + ["\U0001F600", "中", "\r\n", *extra]
+    return st.lists(st.sampled_from(pieces), max_size=400).map("".join)
+
+
+# A cursor anywhere in the text, budgets from nothing to a few dozen tokens, both encoders.
+WINDOW_CASES = dict(cursor=st.floats(0, 1), prefix_tokens=st.integers(0, 80),
+                    suffix_tokens=st.integers(0, 40), encode=st.sampled_from([bpe_like, byte_tokens]))
+
+
 @settings(max_examples=150, deadline=None)
-@given(
-    text=st.lists(st.sampled_from(list("ab (){}:=\n\r\t") + ["\U0001F600", "中", "\r\n"]),
-                  max_size=400).map("".join),
-    cursor=st.floats(0, 1),
-    prefix_tokens=st.integers(0, 80),
-    suffix_tokens=st.integers(0, 40),
-    block_lines=st.integers(1, 6),
-    encode=st.sampled_from([bpe_like, byte_tokens]),
-)
+@given(text=code_texts(), block_lines=st.integers(1, 6), **WINDOW_CASES)
 def test_windows_are_tail_and_head_within_budget(
     text, cursor, prefix_tokens, suffix_tokens, block_lines, encode
 ):
@@ -346,15 +349,7 @@ def test_typing_lines_within_a_block_keeps_the_psm_line_prompt_a_growing_prefix(
 
 
 @settings(max_examples=150, deadline=None)
-@given(
-    text=st.lists(st.sampled_from(list("ab (){}:=\n\r\t ") + ["\U0001F600", "中", "\r\n", "    "]),
-                  max_size=400).map("".join),
-    cursor=st.floats(0, 1),
-    prefix_tokens=st.integers(0, 80),
-    suffix_tokens=st.integers(0, 40),
-    middle_lines=st.integers(1, 6),
-    encode=st.sampled_from([bpe_like, byte_tokens]),
-)
+@given(text=code_texts("    "), middle_lines=st.integers(1, 6), **WINDOW_CASES)
 def test_psm_line_splits_the_same_window_into_prefix_and_middle(
     text, cursor, prefix_tokens, suffix_tokens, middle_lines, encode
 ):
