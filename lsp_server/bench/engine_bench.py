@@ -16,6 +16,7 @@ from typing import Any
 from lsp_server.bench.datasets import load_prompts
 from lsp_server.bench.report import (bar_plot, histogram_plot, machine_info, markdown_table, median,
                                      plain_args, write_json)
+from lsp_server.engine.types import common_prefix_len
 
 MODES = ("target", "hf-plain", "hf-assisted-4", "hf-assisted-default", "specfill")
 # In bf16 the k-token verify and the 1-token step round differently; a divergence is
@@ -109,7 +110,6 @@ class Runner:
         return [t for t in new[: next((i for i, t in enumerate(new) if t in self.stop_ids), len(new))]]
 
 
-
 def tie_margin(target: Any, ids: list[int], common: list[int]) -> float:
     """The target's top-1 minus top-2 logit after `ids + common`: where two outputs that
     share `common` part ways. Below TIE_TOLERANCE, bf16 rounding alone can flip the pick."""
@@ -119,13 +119,6 @@ def tie_margin(target: Any, ids: list[int], common: list[int]) -> float:
         logits = target(input_ids=torch.tensor([ids + common])).logits[0, -1].float()
     top2 = logits.topk(2).values
     return float(top2[0] - top2[1])
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def summarize(rows: list[dict[str, Any]], modes: list[str]) -> dict[str, Any]:
@@ -220,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
             a, b = row["specfill"]["tokens"], row["target"]["tokens"]
             row["identical"] = a == b
             if a != b:
-                n = common_prefix(a, b)
+                n = common_prefix_len(a, b)
                 row["divergence_at"] = n
                 row["tie_margin"] = tie_margin(runner.target, ids, b[:n])
                 row["near_tie"] = row["tie_margin"] < TIE_TOLERANCE

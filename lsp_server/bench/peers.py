@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from lsp_server.bench.engine_bench import common_prefix
 from lsp_server.bench.report import bar_plot, machine_info, markdown_table, median, plain_args, write_json
+from lsp_server.engine.types import common_prefix_len
 
 LLAMA_MODES = ("plain", "prompt-lookup")
 SPECFILL_MODES = "bf16,int8,int4-g32,mixed-g32"
@@ -188,7 +188,7 @@ def summarize_row(name: str, results: list[dict[str, Any]], reference: list[dict
         pairs = [(r["tokens"], by_prompt[r["prompt"]]) for r in results if r["prompt"] in by_prompt]
         row["identical_to_llamacpp_plain"] = sum(a == b for a, b in pairs) / len(pairs) if pairs else None
         row["common_prefix_share_vs_llamacpp_plain"] = median(
-            [common_prefix(a, b) / max(1, len(b)) for a, b in pairs])
+            [common_prefix_len(a, b) / max(1, len(b)) for a, b in pairs])
     return row
 
 

@@ -20,10 +20,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from lsp_server.bench.engine_bench import TIE_TOLERANCE, common_prefix, tie_margin
+from lsp_server.bench.engine_bench import TIE_TOLERANCE, tie_margin
 from lsp_server.bench.policy_prompts import BOILERPLATE, CLASSES, HIGH_ENTROPY, ClassSpot, build_prompt_set
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
-from lsp_server.engine.types import DraftPolicy, StopRule
+from lsp_server.engine.types import DraftPolicy, StopRule, common_prefix_len
 
 MODES = ("target", "fixed-2", "fixed-4", "fixed-8", "heuristic", "confidence", "lookup", "policy")
 FIXED = ("fixed-2", "fixed-4", "fixed-8")
@@ -236,7 +236,7 @@ class Runner:
         minus top-2 logit where they part (where one stopped and the other went on, when
         one output is a prefix of the other)."""
         reference = row["target"]["tokens"]
-        return {mode: tie_margin(self.engine.target, ids, reference[:common_prefix(row[mode]["tokens"], reference)])
+        return {mode: tie_margin(self.engine.target, ids, reference[:common_prefix_len(row[mode]["tokens"], reference)])
                 for mode in modes if mode != "target" and row[mode]["tokens"] != reference}
 
 

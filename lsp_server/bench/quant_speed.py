@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from lsp_server.bench.datasets import humaneval
-from lsp_server.bench.engine_bench import common_prefix
+from lsp_server.engine.types import common_prefix_len
 from lsp_server.models.quant_cache import apply_quant, cache_matches, quant_dir, read_meta, source_fingerprint
 from lsp_server.models.quantize import QuantConfig, quantized_layers, weight_bytes
 from lsp_server.models.registry import DEFAULT_PAIR, ModelPaths, get_model, get_pair, resolve_cache_dir
@@ -161,7 +161,7 @@ def teacher_forced_agreement(model: torch.nn.Module, prompt: torch.Tensor, refer
 
 
 def compare(model: torch.nn.Module, prompt: torch.Tensor, tokens: list[int], ref: Reference) -> dict[str, float | None]:
-    same = common_prefix(tokens, ref.tokens)
+    same = common_prefix_len(tokens, ref.tokens)
     diverged = same < min(len(tokens), len(ref.tokens))
     return {"prefix": same / len(ref.tokens),
             "teacher_forced": teacher_forced_agreement(model, prompt, ref.tokens),

@@ -15,6 +15,8 @@ from typing import Callable, Iterator, Sequence
 import torch
 from transformers import DynamicCache
 
+from .types import common_prefix_len
+
 
 class Aborted(Exception):
     """Raised inside the engine when the request's abort flag is seen."""
@@ -53,13 +55,6 @@ def install_abort_hooks(model: torch.nn.Module) -> int:
     model._specfill_abort_hooks = True
     return len(layers)
 
-
-def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
 
 
 class KVSlot:

@@ -4,7 +4,7 @@ server build these without loading torch."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Literal, Sequence, Union
 
 StopKind = Literal["line", "statement", "block", "none"]
 
@@ -155,6 +155,15 @@ class Stats:
             "tokens_per_s": self.tokens_per_s,
             "stop_reason": self.stop_reason,
         }
+
+
+def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens two sequences share (what a KV cache can reuse)."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
 
 
 def percentile(sorted_values: list[float], q: float) -> float | None:

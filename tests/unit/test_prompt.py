@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lsp_server.engine.cache import common_prefix_len  # what the KV cache reuses
+from lsp_server.engine.types import common_prefix_len  # what the KV cache reuses
 from lsp_server.prompt import (
     QWEN_FIM,
     ContextBudget,
