@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
 
+from .attention import use_packed_gqa
 from .errors import ModelError, ModelNotFoundError, TokenizerMismatchError
 from .fetch import hf_is_recorded, read_marker
 from .registry import MODELS, ModelPaths, get_model, resolve_cache_dir
@@ -230,6 +231,8 @@ def load_weights(
         raise _load_error(source, exc) from exc
     model.to(device)
     model.eval()
+    if device.type == "cpu":
+        use_packed_gqa(model)  # decode steps and verifies without the CPU's slow GQA paths
     model.requires_grad_(False)  # no autograd bookkeeping even where grad mode is left on
     params = list(model.parameters())
     info = ModelInfo(
