@@ -33,7 +33,7 @@ class Runtime:
 CPU_AUTO_QUANT = {"target": "int4-g32", "draft": "int4-g32"}
 # torch's CPU int4 kernel costs twice as much from 5 rows on, so a verify of an int4 target
 # takes at most 3 draft tokens (+ 1): speculation measured 1.04-1.06x plain with k <= 3,
-# 0.96x with k <= 12. `mixed` is int4 in most layers.
+# 0.96x with k <= 12. `mixed` is int4 in most layers, `w8a8` in its down projections.
 INT4_TARGET_MAX_K = 3
 
 
@@ -84,7 +84,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
             # that defines the model whose output speculation reproduces: the same path
             # serves plain and speculative decoding.
             keep_dense_for_prefill(model, dense)
-            if role == "target" and quant.startswith(("int4", "mixed")):
+            if role == "target" and quant.startswith(("int4", "mixed", "w8a8")):
                 options.max_k = INT4_TARGET_MAX_K
         flatten_head_input(model)  # after quantization, which may replace the head
     special = pair.special_tokens

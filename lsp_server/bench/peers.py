@@ -34,7 +34,7 @@ from lsp_server.bench.report import bar_plot, machine_info, markdown_table, medi
 from lsp_server.engine.types import common_prefix_len
 
 LLAMA_MODES = ("plain", "prompt-lookup")
-SPECFILL_MODES = "bf16,int8,int4-g32,mixed-g32"
+SPECFILL_MODES = "bf16,int8,int4-g32,mixed-g32,w8a8-g32"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

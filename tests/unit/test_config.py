@@ -42,7 +42,7 @@ def test_a_bad_value_is_reported_and_the_default_kept(options, fragment):
     assert config == Config()
 
 
-@pytest.mark.parametrize("tag", ["bf16", "int8", "int4", "int4-g64", "mixed-g32", "int4-g128-nohead"])
+@pytest.mark.parametrize("tag", ["bf16", "int8", "int4", "int4-g64", "mixed-g32", "int4-g128-nohead", "w8a8", "w8a8-g64"])
 def test_every_quant_tag_the_config_accepts_parses(tag):
     _, problems = config_from_options({"model": {"quant": tag}})
     assert problems == []
