@@ -35,7 +35,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .quant_fit import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8, relative_error
-from .w8a8 import W8A8Linear
+from .w8a8 import W8A8Linear, w8a8_available
 
 QuantMode = Literal["bf16", "int8", "int4", "mixed", "w8a8"]
 QUANT_MODES: tuple[QuantMode, ...] = ("bf16", "int8", "int4", "mixed", "w8a8")
@@ -274,6 +274,9 @@ def quantize_model(model: nn.Module, mode: QuantMode, group_size: int = DEFAULT_
     Returns the same model object, in eval mode, with `quant_config` set.
     """
     config = QuantConfig(mode, group_size, include_lm_head)
+    if config.mode == "w8a8" and not w8a8_available():
+        raise ValueError("w8a8 needs torch's x86 quantized engine (fbgemm), which this torch build "
+                         "lacks; use int4 or int8")
     model.to(torch.bfloat16).eval()
     if config.mode != "bf16":
         with torch.no_grad():

@@ -7,11 +7,7 @@ int8 linear (`quantized::linear_dynamic`, the `x86` engine) quantizes each call'
 uint8 with one scale and multiplies with integer dot-product instructions: 0.11 ms for one
 row and 0.18 ms for four on the same layer. Weights are per output channel int8 as in
 `Int8Linear`, which is what the on-disk cache stores; the kernel's packed copy is built at
-load and is the only copy kept.
-
-One input scale per call is coarse where a few input channels are far larger than the rest:
-the MLP's down projection of Qwen2-style models. There the `w8a8` mode keeps torch's
-weight-only int4 kernel (see `quantize.W8A8_WEIGHT_ONLY`).
+every load (~8 s for the 1.5B target here), and fbgemm keeps the int8 weights beside it.
 
 The kernel takes one input scale per call, set by the largest and smallest value among
 all the rows. A row's result would then depend on the rows beside it, and a verify of k+1
@@ -19,6 +15,10 @@ rows would not compute what k+1 single steps compute: speculation would stop rep
 the model's own greedy output. So each row is scaled to largest magnitude 1 and given two
 extra inputs, -1 and +1, whose weights are 0: every call's range is exactly [-1, 1], each
 row is quantized as if alone, and the result is scaled back per row (bias added after).
+
+One input scale per row is still coarse where a few input channels are far larger than the
+rest: the MLP's down projection of Qwen2-style models. There the `w8a8` mode keeps torch's
+weight-only int4 kernel (see `quantize.W8A8_WEIGHT_ONLY`).
 
 On CPUs without VNNI, fbgemm adds pairs of uint8 x int8 products in saturating 16 bits;
 inputs limited to 7 bits (`reduce_range`) cannot overflow there.
@@ -97,6 +97,7 @@ class W8A8Linear(nn.Module):
 
     @property
     def packed_bytes(self) -> int:
+        """Bytes a call reads: the packed weights and the per-channel scales."""
         return (self.in_features + _RANGE_COLUMNS) * self.out_features + 4 * self.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

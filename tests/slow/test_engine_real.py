@@ -27,7 +27,7 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def runtime(real_cache):
-    # The bf16 target (the CPU default is int4-g32, tested in test_int4_target_real.py).
+    # The bf16 target (the CPU default is int4-g32, tested with w8a8 in test_quantized_target_real.py).
     return load_runtime(Config(model=ModelConfig(quant="bf16")), lambda _: None)
 
 

@@ -136,6 +136,14 @@ def test_w8a8_state_dict_round_trip() -> None:
         W8A8Linear(64, 32, bias=False).load_state_dict(state, strict=True, assign=True)
 
 
+def test_w8a8_without_fbgemm_is_refused_with_a_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lsp_server.models import quantize
+
+    monkeypatch.setattr(quantize, "w8a8_available", lambda: False)
+    with pytest.raises(ValueError, match="use int4 or int8"):
+        quantize_model(tiny_model(), "w8a8", 32)
+
+
 def test_w8a8_mode_keeps_the_down_projections_weight_only_int4() -> None:
     model = quantize_model(tiny_model(), "w8a8", 32)
     kinds = quantized_layers(model)
