@@ -69,5 +69,8 @@ def use_packed_gqa(model: torch.nn.Module) -> bool:
     if getattr(config, "_attn_implementation", None) not in ("sdpa", NAME):
         return False
     _register()
-    model.set_attn_implementation(NAME)
+    try:
+        model.set_attn_implementation(NAME)
+    except (ValueError, KeyError, AttributeError):  # a model that can't switch keeps `sdpa`
+        return False
     return True

@@ -72,3 +72,14 @@ def test_other_implementations_are_left_alone() -> None:
     model.set_attn_implementation("eager")
     assert not use_packed_gqa(model)
     assert model.config._attn_implementation == "eager"
+
+
+def test_a_model_that_cannot_switch_keeps_sdpa(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = tiny_model(6)
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"{name} is not supported by this model")
+
+    monkeypatch.setattr(model, "set_attn_implementation", refuse)
+    assert not use_packed_gqa(model)
+    assert model.config._attn_implementation == "sdpa"
