@@ -28,7 +28,8 @@ class Runtime:
 
 # What "auto" means on a CPU with bf16 weights, per role: the fastest measured form of each.
 # int4-g32 target (`specfill bench engine --quant int4-g32`, 2 cores): 10.9-11.6 tokens/s vs
-# 7.85 for a bf16 target with speculation, first token in the server 0.15 s vs 0.30 s, and
+# 7.85 for a bf16 target with speculation, first token in the server 0.15 s vs 0.30 s (0.12 s
+# with packed attention; w8a8 0.14 s, but 15 s to load and 1.4 GB more memory), and
 # 99 % of its tokens equal to the bf16 model's (the default target's GGUF is Q4_K anyway).
 CPU_AUTO_QUANT = {"target": "int4-g32", "draft": "int4-g32"}
 # torch's CPU int4 kernel costs twice as much from 5 rows on, so a verify of an int4 target

@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     p.add_argument("--target", default=None)
     p.add_argument("--draft", default=None)
-    p.add_argument("--quant", default="bf16", help="target weights: bf16 (the engine issue's setting; the server's CPU auto is int4-g32) | auto | int8 | int4[-gN] (model.quant)")
+    p.add_argument("--quant", default="bf16", help="target weights: bf16 (the engine issue's setting; the server's CPU auto is int4-g32) | auto | int8 | int4[-gN] | mixed[-gN] | w8a8[-gN] (model.quant)")
     p.add_argument("--draft-quant", default="auto", help="draft weights (model.draftQuant)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")

@@ -51,6 +51,7 @@ def w8a8_available() -> bool:
 
 
 _RANGE_COLUMNS = 2  # the extra -1 / +1 inputs that fix every call's range
+_RANGE_ENDS = torch.tensor([[-1.0, 1.0]])  # [1, 2]: built once, not in every forward
 
 
 def _pack(weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -103,7 +104,7 @@ class W8A8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).float()  # [M, K]
         peak = flat.abs().amax(dim=1, keepdim=True).clamp(min=1e-20)  # [M, 1]
-        ends = flat.new_tensor([[-1.0, 1.0]]).expand(flat.shape[0], _RANGE_COLUMNS)
+        ends = _RANGE_ENDS.expand(flat.shape[0], _RANGE_COLUMNS)
         y = torch.ops.quantized.linear_dynamic(torch.cat([flat / peak, ends], dim=1), self.packed, _reduce_range())
         y = y * peak
         if self.bias is not None:
