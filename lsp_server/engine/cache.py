@@ -15,6 +15,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 from transformers import DynamicCache
 
+from .lean_step import StaticKV, lean_forward, supports
 from .types import common_prefix_len
 
 
@@ -133,12 +134,57 @@ class KVSlot:
         return logits
 
 
+class LeanSlot(KVSlot):
+    """A KVSlot run by `lean_step.lean_forward` on preallocated keys and values: the same
+    logits without transformers' per-call glue, and a rollback that only sets a length."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.kv = StaticKV(model)
+        self.ids = []
+        self.head: Callable[[torch.Tensor], torch.Tensor] | None = None  # None: the model's own
+
+    def rewind(self, keep: int) -> None:
+        if keep < len(self.ids):
+            del self.ids[keep:]
+            self.kv.length = keep
+
+    def reset(self) -> None:
+        self.kv.release()
+        self.ids = []
+
+    def feed(self, tokens: Sequence[int], all_logits: bool = True) -> torch.Tensor:
+        input_ids = torch.tensor(list(tokens), device=self.device)  # [T]
+        try:
+            # The abort check between layers, as install_abort_hooks gives the standard forward.
+            logits = lean_forward(self.model, self.kv, input_ids, all_logits, _abort_check, self.head)
+        except Aborted:
+            raise  # lean_forward only advances the cache once a pass is complete
+        except BaseException:
+            self.reset()
+            raise
+        self.ids.extend(tokens)
+        return logits
+
+
+def _abort_check() -> None:
+    _check_abort(None, ())
+
+
+def make_slot(model: torch.nn.Module, lean: bool) -> KVSlot:
+    """A lean slot for a CPU model that qualifies (when `lean` asks for one), else the
+    standard slot. The lean pass was measured on CPUs only; GPUs keep transformers' forward."""
+    on_cpu = next(model.parameters()).device.type == "cpu"
+    return LeanSlot(model) if lean and on_cpu and supports(model) else KVSlot(model)
+
+
 class SlotPool:
     """A few KV slots for one model; a request takes the slot sharing the longest prefix."""
 
-    def __init__(self, model: torch.nn.Module, size: int = 4):
+    def __init__(self, model: torch.nn.Module, size: int = 4, lean: bool = False):
         self.model = model
-        self.slots = [KVSlot(model) for _ in range(max(1, size))]
+        self.slots = [make_slot(model, lean) for _ in range(max(1, size))]
         self._clock = 0
         self._last_used = [0] * len(self.slots)
 

@@ -11,7 +11,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .cache import Aborted, KVSlot, SlotPool
+from .cache import Aborted, KVSlot, LeanSlot, SlotPool
+from .draft_head import draft_head
 from .sampling import Sampling, warp
 
 
@@ -29,12 +30,20 @@ class ModelDrafter:
 
     name = "draft"
 
-    def __init__(self, model: torch.nn.Module, pool_size: int = 4):
-        self.pool = SlotPool(model, pool_size)
+    def __init__(self, model: torch.nn.Module, pool_size: int = 4, lean: bool = False,
+                 vocab: int = 0):
+        self.pool = SlotPool(model, pool_size, lean=lean)
         self.slot: KVSlot | None = None
+        # Part of the vocabulary scored (see draft_head), on lean slots only; None: all of it.
+        self.head = draft_head(model, vocab) if vocab and isinstance(self.pool.slots[0], LeanSlot) else None
+        if self.head is not None:
+            for slot in self.pool.slots:
+                slot.head = self.head
 
     def begin(self, ids: Sequence[int]) -> None:
         self.slot = self.pool.acquire(ids)
+        if self.head is not None:
+            self.head.focus(ids)
 
     def prefill(self, ids: Sequence[int], chunk: int, should_abort: Callable[[], bool]) -> int:
         """Bring the draft cache up to all but the last of `ids`; returns tokens fed."""

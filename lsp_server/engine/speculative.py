@@ -18,6 +18,7 @@ import torch
 from .cache import Aborted, KVSlot, SlotPool, abort_scope, install_abort_hooks
 from .controller import AcceptanceMemory, Controller
 from .detokenize import StreamingText
+from .draft_head import DEFAULT_COMMON
 from .drafters import Draft, ModelDrafter, PromptLookupDrafter
 from .healing import TokenTexts, mask_to, remaining
 from .sampling import Sampling, entropy, pick, verify_greedy, verify_sampled
@@ -42,6 +43,11 @@ class EngineOptions:
     # Most draft tokens per round whatever the policy says (0: no cap). For a target whose
     # verify pass costs a step more from some row count on (torch's CPU int4 kernel: 5 rows).
     max_k: int = 0
+    # Run CPU models through lean_step's forward (same numbers, ~10 % less time per draft
+    # step, ~4 % per target step) where the model qualifies; False keeps transformers'.
+    lean_steps: bool = True
+    # The draft scores token ids below this and the prompt's own (draft_head.py); 0: all.
+    draft_vocab: int = DEFAULT_COMMON
 
 
 @dataclass
@@ -71,8 +77,10 @@ class SpeculativeEngine:
         self.target = target
         self.tokenizer = tokenizer
         self.stop_ids = frozenset(stop_ids)
-        self.pool = SlotPool(target, self.options.pool_size)
-        self.drafter = ModelDrafter(draft, self.options.pool_size) if draft is not None else None
+        lean = self.options.lean_steps
+        self.pool = SlotPool(target, self.options.pool_size, lean=lean)
+        self.drafter = (ModelDrafter(draft, self.options.pool_size, lean, self.options.draft_vocab)
+                        if draft is not None else None)
         for model in (target, draft):
             if model is not None:
                 install_abort_hooks(model)

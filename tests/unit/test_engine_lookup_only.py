@@ -28,9 +28,12 @@ def generate(engine: SpeculativeEngine, prompt: list[int], policy: DraftPolicy) 
 
 
 class ForwardCounter:
+    """Counts forward passes by their embedding lookups: one per pass, whether the engine
+    runs the model's own forward or lean_step's."""
+
     def __init__(self, model: torch.nn.Module):
         self.calls = 0
-        model.register_forward_hook(self._count)
+        model.get_input_embeddings().register_forward_hook(self._count)
 
     def _count(self, *_) -> None:
         self.calls += 1

@@ -8,6 +8,7 @@ import threading
 import pytest
 import torch
 
+from lsp_server.engine.cache import LeanSlot
 from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, StopRule, TextDelta
 from lsp_server.engine.worker import EngineWorker
@@ -24,9 +25,11 @@ def make_engine(_progress=None) -> SpeculativeEngine:
 
 
 class CountingForwards:
+    """One count per forward pass (its embedding lookup), standard or lean."""
+
     def __init__(self, model):
         self.calls = 0
-        model.register_forward_hook(lambda *_: self._hit())
+        model.get_input_embeddings().register_forward_hook(lambda *_: self._hit())
 
     def _hit(self):
         self.calls += 1
@@ -113,10 +116,13 @@ async def test_a_failing_factory_reports_the_error_instead_of_hanging():
     worker.stop()
 
 
-def test_an_abort_inside_a_forward_pass_leaves_a_consistent_reusable_cache():
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-step", "transformers-forward"])
+def test_an_abort_inside_a_forward_pass_leaves_a_consistent_reusable_cache(lean):
     from tests.unit.test_engine_greedy import plain_greedy
 
-    engine = make_engine()  # prefill chunks of 8 tokens, 2 decoder layers per model
+    engine = SpeculativeEngine(  # prefill chunks of 8 tokens, 2 decoder layers per model
+        tiny_model(1), tiny_model(2, hidden=16, layers=1), CharTokenizer(), stop_ids=[],
+        options=EngineOptions(prefill_chunk=8, lean_steps=lean))
     checks = 0
 
     def abort_in_third_chunk() -> bool:
@@ -129,7 +135,11 @@ def test_an_abort_inside_a_forward_pass_leaves_a_consistent_reusable_cache():
     assert final.reason == "aborted"
     slot = engine.pool.slots[0]
     assert len(slot.ids) == 16
-    assert all(layer.get_seq_length() == 16 for layer in slot.cache.layers)
+    assert isinstance(slot, LeanSlot) == lean
+    if lean:
+        assert slot.kv.length == 16
+    else:
+        assert all(layer.get_seq_length() == 16 for layer in slot.cache.layers)
     short = DraftPolicy(context="t", k_init=3, k_max=3, max_new_tokens=12, stop=StopRule("none"),
                         mode="fixed", draft_p_min=0.0, prompt_lookup=False)
     again = list(engine.generate(CompletionRequest("b", prompt, short)))[-1]
