@@ -34,6 +34,7 @@ class ModelDrafter:
                  vocab: int = 0):
         self.pool = SlotPool(model, pool_size, lean=lean)
         self.slot: KVSlot | None = None
+        self._seen = 0  # tokens of the request the head has looked at
         # Part of the vocabulary scored (see draft_head), on lean slots only; None: all of it.
         self.head = draft_head(model, vocab) if vocab and isinstance(self.pool.slots[0], LeanSlot) else None
         if self.head is not None:
@@ -42,6 +43,7 @@ class ModelDrafter:
 
     def begin(self, ids: Sequence[int]) -> None:
         self.slot = self.pool.acquire(ids)
+        self._seen = len(ids)
         if self.head is not None:
             self.head.focus(ids)
 
@@ -57,6 +59,9 @@ class ModelDrafter:
     ) -> Draft:
         """Up to k tokens; stops early after a token whose top-1 probability is below p_min."""
         assert self.slot is not None
+        if self.head is not None:  # the tokens accepted since the last proposal
+            self.head.include(ids[self._seen:])
+        self._seen = len(ids)
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         logits = self.slot.sync(ids)  # [V]

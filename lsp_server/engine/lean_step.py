@@ -1,7 +1,7 @@
 """A lean forward pass for Qwen2- and Llama-shaped models: the same modules, less glue.
 
-On a 2-core CPU a draft step of the 0.5B model spent ~10 of its ~25 ms outside the matrix
-products: transformers builds a mask and position embeddings per call, dispatches every
+On a 2-core CPU a draft step of the 0.5B model (int4) spent ~7 of its ~25 ms outside the
+matrix products: transformers builds a mask and position embeddings per call, dispatches every
 layer through keyword-heavy wrappers and output hooks, and `DynamicCache` concatenates
 each layer's keys and values, copying the whole cache on every token. This pass calls the
 model's own submodules (projections, norms, MLPs, embeddings, head: quantized ones
@@ -10,8 +10,9 @@ preallocated tensors (`StaticKV`), so a step writes k+1 rows in place and rollin
 rejected draft is setting a length.
 
 Only plain causal decoders with position-only rotary embeddings qualify (`supports`);
-anything else keeps the transformers forward. Numbers match transformers' forward to
-float rounding (tests compare logits on tiny models in float64).
+anything else keeps the transformers forward. Numbers match transformers' forward (tests
+compare logits on tiny models in float64 to 1e-10; on the real pair in bf16 they were
+bit-identical in a one-off check), so a lean target still defines the same model.
 """
 
 from __future__ import annotations

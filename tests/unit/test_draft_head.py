@@ -56,8 +56,11 @@ def test_it_scores_the_common_ids_and_the_prompts_ids_and_nothing_else():
     scored = set(range(COMMON)) | {70, 200, 255}
     rest = torch.tensor([i for i in range(VOCAB) if i not in scored])
     assert torch.isneginf(logits[:, rest]).all()
+    head.include([70, 150])  # tokens the target wrote join the scored set
+    assert head(x)[:, 150].isfinite().all() and len(head.extra_ids) == 4
+    torch.testing.assert_close(head(x)[:, 150], F.linear(x, full.dense[150:151])[:, 0], rtol=0, atol=0)
     head.focus([1, 2, 100])  # the next request's prompt replaces the extra ids
-    assert head(x)[:, 100].isfinite().all() and torch.isneginf(head(x)[:, 200]).all()
+    assert head(x)[:, 100].isfinite().all() and torch.isneginf(head(x)[:, [150, 200]]).all()
 
 
 def test_no_pruned_head_where_it_cannot_be_built():
