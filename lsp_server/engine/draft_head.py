@@ -33,12 +33,12 @@ _ROW_BLOCK = 64
 
 
 class DraftHead:
-    """Logits [T, V] from final hidden states [T, H]: the common ids and the prompt's ids
-    scored, -inf everywhere else."""
+    """Logits [T, V] from final hidden states [T, H]: the common ids and the request's own
+    (prompt and output) scored, -inf everywhere else."""
 
     def __init__(self, common: Int4Linear, rows: torch.Tensor, vocab: int):
         self.common = common  # scores ids 0..common.out_features-1
-        self.rows = rows  # [V, H] dense rows to score the prompt's rarer ids from
+        self.rows = rows  # [V, H] dense rows to score the request's rarer ids from
         self.vocab = vocab
         self.focus(())
 
