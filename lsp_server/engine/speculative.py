@@ -46,7 +46,7 @@ class EngineOptions:
     # Run CPU models through lean_step's forward (same numbers, ~10 % less time per draft
     # step, ~4 % per target step) where the model qualifies; False keeps transformers'.
     lean_steps: bool = True
-    # The draft scores token ids below this and the prompt's own (draft_head.py); 0: all.
+    # The draft scores token ids below this and the request's own (draft_head.py); 0: all.
     draft_vocab: int = DEFAULT_COMMON
 
 
