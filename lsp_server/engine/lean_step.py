@@ -17,12 +17,12 @@ bit-identical in a one-off check), so a lean target still defines the same model
 
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import torch
-from torch.nn import functional as F
 
-from ..models.attention import PACKED_MAX_ROWS
+from ..models.attention import packed_gqa_attention
 
 _DECODERS = {"qwen2": "Qwen2DecoderLayer", "llama": "LlamaDecoderLayer"}
 # Rope tables are computed ahead for this many positions at a time.
@@ -105,37 +105,13 @@ def _rope_table(model: torch.nn.Module, positions: int, dtype: torch.dtype) -> t
     return table
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def _attention(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int,
-               scaling: float) -> torch.Tensor:
-    """query [KV, g, T, D] at positions past..past+T-1; keys/values [KV, past+T, D].
-    Returns [T, KV*g*D], each head's output in transformers' head order. Every SDPA call
-    gets 4-D inputs: torch's CPU flash kernel takes only those (3-D ones fall back to the
-    unfused math path, ~4x slower here)."""
-    kv_heads, groups, rows, dim = query.shape
-    total = past + rows
-    keys, values = keys[None], values[None]  # [1, KV, L, D]
-    if rows == 1:  # one position sees everything cached: no mask
-        out = F.scaled_dot_product_attention(query.view(1, kv_heads, groups, dim), keys, values,
-                                             scale=scaling)  # [1, KV, g, D]
-        return out.reshape(1, -1)
-    # Row j may see positions 0..past+j. Short feeds pack a head group's rows into one
-    # head (see models/attention.py); long ones (prefills) use SDPA's grouped-query form.
-    mask = torch.ones(rows, total, dtype=torch.bool, device=query.device).tril(past)  # [T, L]
-    if rows <= PACKED_MAX_ROWS:
-        packed = query.reshape(1, kv_heads, groups * rows, dim)
-        out = F.scaled_dot_product_attention(packed, keys, values, attn_mask=mask.repeat(groups, 1),
-                                             scale=scaling)  # [1, KV, g*T, D]
-    else:
-        out = F.scaled_dot_product_attention(
-            query.reshape(1, kv_heads * groups, rows, dim), keys, values,
-            attn_mask=None if past == 0 else mask, is_causal=past == 0, scale=scaling,
-            enable_gqa=True)  # [1, H, T, D]
-    return out.reshape(kv_heads * groups, rows, dim).transpose(0, 1).reshape(rows, -1)
+def _causal_mask(rows: int, past: int, device: torch.device) -> torch.Tensor | None:
+    """[1, 1, T, past+T] boolean: row j sees positions 0..past+j. None where no mask is
+    needed: one row sees everything cached, and a feed into an empty cache is causal by
+    position (the attention function then asks SDPA for is_causal, as transformers does)."""
+    if rows == 1 or past == 0:
+        return None
+    return torch.ones(rows, past + rows, dtype=torch.bool, device=device).tril(past)[None, None]
 
 
 @torch.inference_mode()
@@ -153,8 +129,10 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
     x = inner.embed_tokens(input_ids)  # [T, H]
     cos, sin = _rope_table(model, past + rows, x.dtype)
     cos, sin = cos[past:past + rows], sin[past:past + rows]  # [T, D]
-    heads, kv_heads = config.num_attention_heads, kv.kv_heads
-    groups, dim = heads // kv_heads, kv.head_dim
+    heads, kv_heads, dim = config.num_attention_heads, kv.kv_heads, kv.head_dim
+    mask = _causal_mask(rows, past, x.device)
+    # transformers' own rotary arithmetic, from the module that defines the layers
+    rope = sys.modules[type(inner.layers[0].self_attn).__module__].apply_rotary_pos_emb
     for i, layer in enumerate(inner.layers):
         if between_layers is not None:
             between_layers()
@@ -163,13 +141,14 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         q = attn.q_proj(h).view(rows, heads, dim).transpose(0, 1)  # [H, T, D]
         k = attn.k_proj(h).view(rows, kv_heads, dim).transpose(0, 1)  # [KV, T, D]
         v = attn.v_proj(h).view(rows, kv_heads, dim).transpose(0, 1)
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
+        q, k = rope(q, k, cos, sin, unsqueeze_dim=0)
         kv.keys[i, :, past:past + rows] = k
         kv.values[i, :, past:past + rows] = v
-        out = _attention(q.view(kv_heads, groups, rows, dim), kv.keys[i, :, :past + rows],
-                         kv.values[i, :, :past + rows], past, attn.scaling)
-        x = x + attn.o_proj(out)
+        # The same attention function as the model's own forward on a CPU (packed query
+        # rows for steps and verifies, transformers' sdpa for longer feeds); 4-D inputs.
+        out, _ = packed_gqa_attention(attn, q[None], kv.keys[i, None, :, :past + rows],
+                                      kv.values[i, None, :, :past + rows], mask, scaling=attn.scaling)
+        x = x + attn.o_proj(out.reshape(rows, -1))
         x = x + layer.mlp(layer.post_attention_layernorm(x))
     x = inner.norm(x if all_logits else x[-1:])
     logits = (head or model.get_output_embeddings())(x)  # [T, V]
