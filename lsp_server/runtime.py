@@ -64,6 +64,7 @@ def special_token_ids(tokenizer: Any) -> set[int]:
 
 def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
+    from lsp_server.models.fuse import fuse_projections
     from lsp_server.models.lm_head import flatten_head_input
     from lsp_server.models.loader import load_pair
     from lsp_server.models.quantize import keep_dense_for_prefill, linear_weights
@@ -85,6 +86,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
             # that defines the model whose output speculation reproduces: the same path
             # serves plain and speculative decoding.
             keep_dense_for_prefill(model, dense)
+            fuse_projections(model)  # q/k/v and gate/up in one call each on lean steps
             if role == "target" and quant.startswith(("int4", "mixed", "w8a8")):
                 options.max_k = INT4_TARGET_MAX_K
         flatten_head_input(model)  # after quantization, which may replace the head

@@ -114,6 +114,12 @@ def _causal_mask(rows: int, past: int, device: torch.device) -> torch.Tensor | N
     return torch.ones(rows, past + rows, dtype=torch.bool, device=device).tril(past)[None, None]
 
 
+def _fused(owner: torch.nn.Module, name: str, rows: int):
+    """The fused projections `models.fuse` attached to `owner`, where they serve `rows`."""
+    fused = getattr(owner, name, None)
+    return fused if fused is not None and rows <= fused.max_rows else None
+
+
 @torch.inference_mode()
 def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, all_logits: bool,
                  between_layers: Callable[[], None] | None = None,
@@ -136,11 +142,13 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
     for i, layer in enumerate(inner.layers):
         if between_layers is not None:
             between_layers()
-        attn = layer.self_attn
+        attn, mlp = layer.self_attn, layer.mlp
         h = layer.input_layernorm(x)
-        q = attn.q_proj(h).view(rows, heads, dim).transpose(0, 1)  # [H, T, D]
-        k = attn.k_proj(h).view(rows, kv_heads, dim).transpose(0, 1)  # [KV, T, D]
-        v = attn.v_proj(h).view(rows, kv_heads, dim).transpose(0, 1)
+        qkv = _fused(attn, "_specfill_qkv", rows)  # models.fuse: one call, same numbers
+        q, k, v = qkv(h) if qkv else (attn.q_proj(h), attn.k_proj(h), attn.v_proj(h))
+        q = q.view(rows, heads, dim).transpose(0, 1)  # [H, T, D]
+        k = k.view(rows, kv_heads, dim).transpose(0, 1)  # [KV, T, D]
+        v = v.view(rows, kv_heads, dim).transpose(0, 1)
         q, k = rope(q, k, cos, sin, unsqueeze_dim=0)
         kv.keys[i, :, past:past + rows] = k
         kv.values[i, :, past:past + rows] = v
@@ -149,7 +157,13 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         out, _ = packed_gqa_attention(attn, q[None], kv.keys[i, None, :, :past + rows],
                                       kv.values[i, None, :, :past + rows], mask, scaling=attn.scaling)
         x = x + attn.o_proj(out.reshape(rows, -1))
-        x = x + layer.mlp(layer.post_attention_layernorm(x))
+        h = layer.post_attention_layernorm(x)
+        gate_up = _fused(mlp, "_specfill_gate_up", rows)
+        if gate_up:  # the MLP's own arithmetic: down(act(gate(h)) * up(h))
+            gate, up = gate_up(h)
+            x = x + mlp.down_proj(mlp.act_fn(gate) * up)
+        else:
+            x = x + mlp(h)
     x = inner.norm(x if all_logits else x[-1:])
     logits = (head or model.get_output_embeddings())(x)  # [T, V]
     kv.length = past + rows

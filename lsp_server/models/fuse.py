@@ -1,0 +1,129 @@
+"""One quantized matrix product where a decoder layer runs several on the same input.
+
+Attention's q, k and v projections read the same normalised input, and so do the MLP's
+gate and up projections. With quantized weights each call has a fixed cost beside reading
+its weights (the W8A8 kernel quantizes its input and its threads meet per call; torch's
+int4 kernel less so), so one call on the weights stacked by output rows saves two calls
+per layer. Every output channel is its own dot product over the same input, so the fused
+call computes the same numbers bit for bit (checked per layer at load, and in tests/unit/test_fuse.py); the layers keep
+their own modules for transformers' forward, and `lean_step` uses the fused ones.
+
+Memory: packed int4 rows are self-contained in blocks, so the layers' int4 weights become row
+views of the fused weight (nothing added but the small scales). fbgemm's packed W8A8 form is
+opaque, so a fused W8A8 copy costs those layers' int8 bytes again.
+
+Prefills of `dense_min_rows`+ rows keep using each layer's bf16 copy (quantize.keep_dense_for_prefill):
+the fused module is used below that (`Fused.max_rows`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .quantize import Int4Linear
+from .w8a8 import W8A8Linear, _pack
+
+QKV = ("q_proj", "k_proj", "v_proj")
+GATE_UP = ("gate_proj", "up_proj")
+
+
+@dataclass(frozen=True)
+class Fused:
+    """A fused module, the output widths of the layers it stands for, and the most
+    rows it serves (more rows: the layers' own modules, which hold the dense copies)."""
+
+    module: nn.Module
+    widths: tuple[int, ...]
+    max_rows: float
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.module(x).split(self.widths, dim=-1)
+
+
+def _fuse_int4(parts: list[Int4Linear]) -> Int4Linear:
+    first = parts[0]
+    has_bias = first.bias is not None
+    out = sum(p.out_features for p in parts)
+    fused = Int4Linear(first.in_features, out, has_bias, first.group_size)
+    fused.weight = torch.cat([p.weight for p in parts])
+    fused.scales_and_zeros = torch.cat([p.scales_and_zeros for p in parts], dim=1)
+    if has_bias:
+        fused.bias = torch.cat([p.bias for p in parts])
+    return fused
+
+
+def _share_int4(fused: Int4Linear, parts: list[Int4Linear]) -> None:
+    """The layers' own packed weights become row views of the fused one: no second copy."""
+    offset = 0
+    for p in parts:
+        p.weight = fused.weight[offset:offset + p.out_features]
+        offset += p.out_features
+
+
+def _same_numbers(fused: nn.Module, parts: list[nn.Module]) -> bool:
+    """Whether the fused layer computes each part's outputs bit for bit. Packed int4 rows
+    concatenate only in whole blocks of the kernel's layout (64 rows with AVX-512 here; the
+    layout differs by CPU), so this is checked on the machine rather than assumed."""
+    x = torch.randn(2, parts[0].in_features, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    with torch.inference_mode():
+        got = fused(x).split([p.out_features for p in parts], dim=-1)
+        return all(torch.equal(g, p(x)) for g, p in zip(got, parts))
+
+
+def _fuse_w8a8(parts: list[W8A8Linear]) -> W8A8Linear:
+    first = parts[0]
+    has_bias = first.bias is not None
+    fused = W8A8Linear(first.in_features, sum(p.out_features for p in parts), has_bias)
+    weights, scales = zip(*(p.unpacked() for p in parts))
+    fused.packed = _pack(torch.cat(weights), torch.cat(scales))
+    if has_bias:
+        fused.bias = torch.cat([p.bias for p in parts])
+    return fused
+
+
+def fuse(parts: list[nn.Module]) -> Fused | None:
+    """The fused form of layers that read one input, or None where they can't fuse (mixed
+    kinds, group sizes or biases, layers that are not quantized, or a fused layer that
+    would not compute the same numbers)."""
+    kinds = {type(p) for p in parts}
+    if len(kinds) != 1 or len({p.in_features for p in parts}) != 1:
+        return None
+    if len({p.bias is None for p in parts}) != 1:
+        return None
+    widths = tuple(p.out_features for p in parts)
+    if kinds == {Int4Linear}:
+        if len({p.group_size for p in parts}) != 1:
+            return None
+        module = _fuse_int4(parts)
+        if not _same_numbers(module, parts):
+            return None
+        _share_int4(module, parts)
+        dense = [p.dense_min_rows for p in parts if p.dense is not None]
+        return Fused(module, widths, min(dense) - 1 if dense else float("inf"))
+    if kinds == {W8A8Linear}:
+        module = _fuse_w8a8(parts)
+        return Fused(module, widths, float("inf")) if _same_numbers(module, parts) else None
+    return None
+
+
+def fuse_projections(model: nn.Module) -> int:
+    """Give each decoder layer `self_attn._specfill_qkv` and `mlp._specfill_gate_up` where
+    its projections fuse (plain attributes, not submodules: state dicts and weight counts
+    stay as they were). Call after quantizing and after keep_dense_for_prefill. Returns how
+    many fusions were made."""
+    inner = getattr(model, "model", None)
+    made = 0
+    for layer in getattr(inner, "layers", None) or []:
+        for owner, names, attr in ((getattr(layer, "self_attn", None), QKV, "_specfill_qkv"),
+                                   (getattr(layer, "mlp", None), GATE_UP, "_specfill_gate_up")):
+            parts = [getattr(owner, n, None) for n in names]
+            if owner is None or any(p is None for p in parts) or hasattr(owner, attr):
+                continue
+            fused = fuse(parts)
+            if fused is not None:
+                setattr(owner, attr, fused)
+                made += 1
+    return made
