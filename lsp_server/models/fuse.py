@@ -5,15 +5,16 @@ gate and up projections. With quantized weights each call has a fixed cost besid
 its weights (the W8A8 kernel quantizes its input and its threads meet per call; torch's
 int4 kernel less so), so one call on the weights stacked by output rows saves two calls
 per layer. Every output channel is its own dot product over the same input, so the fused
-call computes the same numbers bit for bit (checked per layer at load, and in tests/unit/test_fuse.py); the layers keep
-their own modules for transformers' forward, and `lean_step` uses the fused ones.
+call computes the same numbers bit for bit (checked per layer at load, and in
+tests/unit/test_fuse.py); the layers keep their own modules for transformers' forward, and
+`lean_step` uses the fused ones.
 
 Memory: packed int4 rows are self-contained in blocks, so the layers' int4 weights become row
 views of the fused weight (nothing added but the small scales). fbgemm's packed W8A8 form is
 opaque, so a fused W8A8 copy costs those layers' int8 bytes again.
 
-Prefills of `dense_min_rows`+ rows keep using each layer's bf16 copy (quantize.keep_dense_for_prefill):
-the fused module is used below that (`Fused.max_rows`).
+Prefills of `dense_min_rows`+ rows keep using each layer's bf16 copy
+(quantize.keep_dense_for_prefill): the fused module is used below that (`Fused.max_rows`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 from torch import nn
 
 from .quantize import Int4Linear
-from .w8a8 import W8A8Linear, _pack
+from .w8a8 import W8A8Linear
 
 QKV = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
@@ -74,14 +75,9 @@ def _same_numbers(fused: nn.Module, parts: list[nn.Module]) -> bool:
 
 
 def _fuse_w8a8(parts: list[W8A8Linear]) -> W8A8Linear:
-    first = parts[0]
-    has_bias = first.bias is not None
-    fused = W8A8Linear(first.in_features, sum(p.out_features for p in parts), has_bias)
     weights, scales = zip(*(p.unpacked() for p in parts))
-    fused.packed = _pack(torch.cat(weights), torch.cat(scales))
-    if has_bias:
-        fused.bias = torch.cat([p.bias for p in parts])
-    return fused
+    bias = torch.cat([p.bias for p in parts]) if parts[0].bias is not None else None
+    return W8A8Linear.from_int8(torch.cat(weights), torch.cat(scales), bias)
 
 
 def fuse(parts: list[nn.Module]) -> Fused | None:
@@ -89,9 +85,9 @@ def fuse(parts: list[nn.Module]) -> Fused | None:
     kinds, group sizes or biases, layers that are not quantized, or a fused layer that
     would not compute the same numbers)."""
     kinds = {type(p) for p in parts}
-    if len(kinds) != 1 or len({p.in_features for p in parts}) != 1:
+    if kinds not in ({Int4Linear}, {W8A8Linear}):
         return None
-    if len({p.bias is None for p in parts}) != 1:
+    if len({p.in_features for p in parts}) != 1 or len({p.bias is None for p in parts}) != 1:
         return None
     widths = tuple(p.out_features for p in parts)
     if kinds == {Int4Linear}:
@@ -103,10 +99,8 @@ def fuse(parts: list[nn.Module]) -> Fused | None:
         _share_int4(module, parts)
         dense = [p.dense_min_rows for p in parts if p.dense is not None]
         return Fused(module, widths, min(dense) - 1 if dense else float("inf"))
-    if kinds == {W8A8Linear}:
-        module = _fuse_w8a8(parts)
-        return Fused(module, widths, float("inf")) if _same_numbers(module, parts) else None
-    return None
+    module = _fuse_w8a8(parts)
+    return Fused(module, widths, float("inf")) if _same_numbers(module, parts) else None
 
 
 def fuse_projections(model: nn.Module) -> int:

@@ -81,10 +81,16 @@ class W8A8Linear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> W8A8Linear:
-        module = cls(linear.in_features, linear.out_features, linear.bias is not None)
-        module.packed = _pack(*quantize_int8(linear.weight))
-        if linear.bias is not None:
-            module.bias = linear.bias.detach().float().clone()
+        bias = linear.bias.detach() if linear.bias is not None else None
+        return cls.from_int8(*quantize_int8(linear.weight), bias)
+
+    @classmethod
+    def from_int8(cls, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None) -> W8A8Linear:
+        """From int8 weights [N, K] and their per-channel scales [N] (and a bias [N])."""
+        module = cls(weight.shape[1], weight.shape[0], bias is not None)
+        module.packed = _pack(weight, scales)
+        if bias is not None:
+            module.bias = bias.float().clone()
         return module
 
     def unpacked(self) -> tuple[torch.Tensor, torch.Tensor]:
