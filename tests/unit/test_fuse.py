@@ -64,7 +64,7 @@ def test_layers_that_differ_are_not_fused():
     a, b = linears((32, 32), bias=False)
     assert fuse([Int4Linear.from_linear(a, 32), Int4Linear.from_linear(b, 64)]) is None  # group sizes
     assert fuse([a, b]) is None  # not quantized
-    c, d = linears((32, 32), bias=True, seed=1)
+    c = linears((32,), bias=True, seed=1)[0]
     assert fuse([Int4Linear.from_linear(a, 32), Int4Linear.from_linear(c, 32)]) is None  # bias or not
     e = linears((32,), bias=False, in_features=64)[0]
     assert fuse([Int4Linear.from_linear(a, 32), Int4Linear.from_linear(e, 32)]) is None  # inputs
@@ -85,8 +85,9 @@ def test_int4_layers_whose_packed_rows_do_not_concatenate_stay_apart():
 
 
 def test_fused_int4_layers_leave_prefills_to_the_dense_copies():
-    parts = [Int4Linear.from_linear(layer, 32) for layer in linears((128, 64, 64), bias=True)]
-    for part, layer in zip(parts, linears((128, 64, 64), bias=True)):
+    layers = linears((128, 64, 64), bias=True)
+    parts = [Int4Linear.from_linear(layer, 32) for layer in layers]
+    for part, layer in zip(parts, layers):
         part.dense, part.dense_min_rows = layer.weight.detach().bfloat16(), 32
     assert fuse(parts).max_rows == 31
 
