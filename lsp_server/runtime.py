@@ -67,6 +67,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     from lsp_server.models.fuse import fuse_projections
     from lsp_server.models.lm_head import flatten_head_input
     from lsp_server.models.loader import load_pair
+    from lsp_server.models.packed import pack_linears
     from lsp_server.models.quantize import keep_dense_for_prefill, linear_weights
     from lsp_server.prompt import FimTokens
 
@@ -86,9 +87,15 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
             # that defines the model whose output speculation reproduces: the same path
             # serves plain and speculative decoding.
             keep_dense_for_prefill(model, dense)
-            fuse_projections(model)  # q/k/v and gate/up in one call each on lean steps
             if role == "target" and quant.startswith(("int4", "mixed", "w8a8")):
                 options.max_k = INT4_TARGET_MAX_K
+        if options.lean_steps and pair.device.type == "cpu":
+            # bf16 layers left (all of them in a bf16 model) get oneDNN-packed copies for
+            # the lean steps: same bits, ~2x faster steps, the bf16 weights' memory again.
+            packed = pack_linears(model)
+            if packed:
+                progress(f"{role}: {packed} bf16 layers packed for oneDNN (same outputs, faster CPU steps)")
+        fuse_projections(model)  # q/k/v and gate/up in one call each on lean steps
         flatten_head_input(model)  # after quantization, which may replace the head
     special = pair.special_tokens
     missing = [t for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>") if t not in special]

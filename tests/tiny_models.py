@@ -32,3 +32,17 @@ class CharTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return [self.alphabet.index(c) for c in text]
+
+
+def qwen2_for_fusing(seed: int, dtype: torch.dtype = torch.float32) -> Qwen2ForCausalLM:
+    """A 2-layer Qwen2 whose k and v are 64 rows wide (packed int4 rows concatenate in
+    blocks of 64 on AVX-512), weights drawn wide enough that quantization matters."""
+    config = Qwen2Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.08)
+    return model.to(dtype)

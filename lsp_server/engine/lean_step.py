@@ -12,7 +12,8 @@ rejected draft is setting a length.
 Only plain causal decoders with position-only rotary embeddings qualify (`supports`);
 anything else keeps the transformers forward. Numbers match transformers' forward (tests
 compare logits on tiny models in float64 to 1e-10; on the real pair in bf16 they were
-bit-identical in a one-off check), so a lean target still defines the same model.
+bit-identical in a one-off check), so a lean target still defines the same model. bf16
+layers run on their oneDNN-packed copies where `models.packed` made them (same bits).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Callable
 import torch
 
 from ..models.attention import packed_gqa_attention
+from ..models.packed import linear
 
 _DECODERS = {"qwen2": "Qwen2DecoderLayer", "llama": "LlamaDecoderLayer"}
 # Rope tables are computed ahead for this many positions at a time.
@@ -145,7 +147,7 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         attn, mlp = layer.self_attn, layer.mlp
         h = layer.input_layernorm(x)
         qkv = _fused(attn, "_specfill_qkv", rows)  # models.fuse: one call, same numbers
-        q, k, v = qkv(h) if qkv else (attn.q_proj(h), attn.k_proj(h), attn.v_proj(h))
+        q, k, v = qkv(h) if qkv else (linear(attn.q_proj, h), linear(attn.k_proj, h), linear(attn.v_proj, h))
         q = q.view(rows, heads, dim).transpose(0, 1)  # [H, T, D]
         k = k.view(rows, kv_heads, dim).transpose(0, 1)  # [KV, T, D]
         v = v.view(rows, kv_heads, dim).transpose(0, 1)
@@ -156,15 +158,13 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         # rows for steps and verifies, transformers' sdpa for longer feeds); 4-D inputs.
         out, _ = packed_gqa_attention(attn, q[None], kv.keys[i, None, :, :past + rows],
                                       kv.values[i, None, :, :past + rows], mask, scaling=attn.scaling)
-        x = x + attn.o_proj(out.reshape(rows, -1))
+        x = x + linear(attn.o_proj, out.reshape(rows, -1))
         h = layer.post_attention_layernorm(x)
         gate_up = _fused(mlp, "_specfill_gate_up", rows)
-        if gate_up:  # the MLP's own arithmetic: down(act(gate(h)) * up(h))
-            gate, up = gate_up(h)
-            x = x + mlp.down_proj(mlp.act_fn(gate) * up)
-        else:
-            x = x + mlp(h)
+        # the MLP's own arithmetic: down(act(gate(h)) * up(h))
+        gate, up = gate_up(h) if gate_up else (linear(mlp.gate_proj, h), linear(mlp.up_proj, h))
+        x = x + linear(mlp.down_proj, mlp.act_fn(gate) * up)
     x = inner.norm(x if all_logits else x[-1:])
-    logits = (head or model.get_output_embeddings())(x)  # [T, V]
+    logits = head(x) if head else linear(model.get_output_embeddings(), x)  # [T, V]
     kv.length = past + rows
     return logits

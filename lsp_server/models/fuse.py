@@ -9,6 +9,9 @@ call computes the same numbers bit for bit (checked per layer at load, and in
 tests/unit/test_fuse.py); the layers keep their own modules for transformers' forward, and
 `lean_step` uses the fused ones.
 
+The same holds for bf16 layers packed for oneDNN (`models.packed`): their fused packed
+copy replaces the layers' separate packed copies.
+
 Memory: packed int4 rows are self-contained in blocks, so the layers' int4 weights become row
 views of the fused weight (nothing added but the small scales). fbgemm's packed W8A8 form is
 opaque, so a fused W8A8 copy costs those layers' int8 bytes again.
@@ -20,10 +23,12 @@ Prefills of `dense_min_rows`+ rows keep using each layer's bf16 copy
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
 
+from . import packed
 from .quantize import Int4Linear
 from .w8a8 import W8A8Linear
 
@@ -36,7 +41,7 @@ class Fused:
     """A fused module, the output widths of the layers it stands for, and the most
     rows it serves (more rows: the layers' own modules, which hold the dense copies)."""
 
-    module: nn.Module
+    module: Callable[[torch.Tensor], torch.Tensor]
     widths: tuple[int, ...]
     max_rows: float
 
@@ -64,7 +69,7 @@ def _share_int4(fused: Int4Linear, parts: list[Int4Linear]) -> None:
         offset += p.out_features
 
 
-def _same_numbers(fused: nn.Module, parts: list[nn.Module]) -> bool:
+def _same_numbers(fused: Callable[[torch.Tensor], torch.Tensor], parts: list[nn.Module]) -> bool:
     """Whether the fused layer computes each part's outputs bit for bit. Packed int4 rows
     concatenate only in whole blocks of the kernel's layout (64 rows with AVX-512 here; the
     layout differs by CPU), so this is checked on the machine rather than assumed."""
@@ -80,16 +85,30 @@ def _fuse_w8a8(parts: list[W8A8Linear]) -> W8A8Linear:
     return W8A8Linear.from_int8(torch.cat(weights), torch.cat(scales), bias)
 
 
+def _fuse_packed(parts: list[nn.Linear]) -> packed.PackedLinear | None:
+    bias = torch.cat([p.bias for p in parts]) if parts[0].bias is not None else None
+    return packed.pack(torch.cat([p.weight for p in parts]), bias)
+
+
 def fuse(parts: list[nn.Module]) -> Fused | None:
     """The fused form of layers that read one input, or None where they can't fuse (mixed
-    kinds, group sizes or biases, layers that are not quantized, or a fused layer that
+    kinds, group sizes or biases, bf16 layers without packed copies, or a fused layer that
     would not compute the same numbers)."""
     kinds = {type(p) for p in parts}
-    if kinds not in ({Int4Linear}, {W8A8Linear}):
+    if kinds not in ({Int4Linear}, {W8A8Linear}, {nn.Linear}):
         return None
     if len({p.in_features for p in parts}) != 1 or len({p.bias is None for p in parts}) != 1:
         return None
     widths = tuple(p.out_features for p in parts)
+    if kinds == {nn.Linear} and all(packed.packed_form(p) is not None for p in parts):
+        module = _fuse_packed(parts)
+        if module is None or not _same_numbers(module, parts):
+            return None
+        for p in parts:  # the fused copy serves every row count: drop the separate ones
+            setattr(p, packed.ATTR, None)
+        return Fused(module, widths, float("inf"))
+    if kinds == {nn.Linear}:
+        return None
     if kinds == {Int4Linear}:
         if len({p.group_size for p in parts}) != 1:
             return None
@@ -106,8 +125,8 @@ def fuse(parts: list[nn.Module]) -> Fused | None:
 def fuse_projections(model: nn.Module) -> int:
     """Give each decoder layer `self_attn._specfill_qkv` and `mlp._specfill_gate_up` where
     its projections fuse (plain attributes, not submodules: state dicts and weight counts
-    stay as they were). Call after quantizing and after keep_dense_for_prefill. Returns how
-    many fusions were made."""
+    stay as they were). Call after quantizing and keep_dense_for_prefill, or after
+    packed.pack_linears for bf16 layers. Returns how many fusions were made."""
     inner = getattr(model, "model", None)
     made = 0
     for layer in getattr(inner, "layers", None) or []:

@@ -12,7 +12,9 @@ import torch
 
 from lsp_server.bench.engine_bench import TIE_TOLERANCE
 from lsp_server.config import Config, ModelConfig
+from lsp_server.engine.cache import LeanSlot
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
+from lsp_server.models.packed import ATTR
 from lsp_server.prompt import ContextBudget, build_fim_prompt
 from lsp_server.runtime import load_runtime
 
@@ -60,3 +62,27 @@ def test_a_fim_completion_of_a_function_body_is_code(runtime):
                            runtime.fim, ContextBudget(), "psm").ids
     final = generate(runtime, ids, DraftPolicy(max_new_tokens=16, stop=StopRule("line")))
     assert "a + b" in final.text or "b + a" in final.text
+
+
+def test_the_targets_packed_bf16_layers_compute_the_same_logits_as_its_own_weights(runtime):
+    target = runtime.engine.target
+    packed = [(m, a, getattr(m, a)) for m in target.modules()
+              for a in (ATTR, "_specfill_qkv", "_specfill_gate_up") if getattr(m, a, None) is not None]
+    assert len(packed) == 2 * 28 + 1 + 2 * 28  # o and down per layer, the head; q/k/v and gate/up fused
+    ids = build_fim_prompt(*PROMPTS[1], runtime.encode, runtime.fim, ContextBudget(), "psm").ids
+    feeds = [ids, ids[-1:], ids[-4:]]  # a prefill, a step, a verify
+
+    def logits() -> list[torch.Tensor]:
+        slot = LeanSlot(target)
+        with torch.inference_mode():
+            return [slot.feed(tokens) for tokens in feeds]
+
+    with_packed = logits()
+    try:
+        for module, attr, _ in packed:
+            setattr(module, attr, None)
+        plain = logits()  # the layers' own weights through F.linear
+    finally:
+        for module, attr, value in packed:
+            setattr(module, attr, value)
+    assert all(torch.equal(a, b) for a, b in zip(with_packed, plain))

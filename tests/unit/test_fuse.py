@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from lsp_server.engine.cache import KVSlot, LeanSlot
 from lsp_server.models.fuse import fuse, fuse_projections
 from lsp_server.models.quantize import Int4Linear, keep_dense_for_prefill, linear_weights, quantize_model
 from lsp_server.models.w8a8 import W8A8Linear, w8a8_available
+from tests.tiny_models import qwen2_for_fusing
 
 needs_fbgemm = pytest.mark.skipif(not w8a8_available(), reason="torch build without fbgemm")
 
@@ -22,19 +22,6 @@ def linears(widths: tuple[int, ...], bias: bool, seed: int = 0, in_features: int
         for layer in layers:
             layer.weight.normal_(0.0, 0.05)
     return layers
-
-
-def qwen2(seed: int) -> Qwen2ForCausalLM:
-    # k and v are 64 rows wide: packed int4 rows concatenate in blocks of 64 on AVX-512.
-    config = Qwen2Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
-    torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(config).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 2:
-                p.normal_(0.0, 0.08)
-    return model
 
 
 @pytest.mark.parametrize("kind", ["int4", pytest.param("w8a8", marks=needs_fbgemm)])
@@ -94,7 +81,7 @@ def test_fused_int4_layers_leave_prefills_to_the_dense_copies():
 
 @pytest.mark.parametrize("mode", ["int4", pytest.param("w8a8", marks=needs_fbgemm)])
 def test_lean_steps_with_fused_projections_give_the_same_logits(mode):
-    plain, fused = qwen2(5), qwen2(5)
+    plain, fused = qwen2_for_fusing(5), qwen2_for_fusing(5)
     for model in (plain, fused):
         dense = linear_weights(model)
         quantize_model(model, mode, 32)

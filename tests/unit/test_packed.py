@@ -1,0 +1,91 @@
+"""bf16 layers packed for oneDNN compute what F.linear computes, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from lsp_server.engine.cache import KVSlot, LeanSlot
+from lsp_server.models.fuse import fuse, fuse_projections
+from lsp_server.models.packed import ATTR, PackedLinear, linear, pack, pack_linears, packed_form
+from lsp_server.models.quantize import Int4Linear
+from tests.tiny_models import qwen2_for_fusing
+
+pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch build without oneDNN")
+
+
+def bf16_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
+    torch.manual_seed(seed)
+    layer = nn.Linear(k, n, bias=bias)
+    with torch.no_grad():
+        layer.weight.normal_(0.0, 0.05)
+    return layer.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_packed_output_is_f_linear_bit_for_bit(bias):
+    layer = bf16_linear(192, 128, bias)
+    packed = PackedLinear(layer.weight, layer.bias)
+    x = torch.randn(2, 40, 128).bfloat16()
+    with torch.inference_mode():
+        for rows in (1, 2, 3, 5, 9, 40):
+            assert torch.equal(packed(x[0, :rows]), F.linear(x[0, :rows], layer.weight, layer.bias))
+        assert torch.equal(packed(x), F.linear(x, layer.weight, layer.bias))  # leading dims kept
+        assert torch.equal(linear(layer, x[0]), layer(x[0]))  # no packed form yet: the layer
+
+
+def test_pack_linears_packs_bf16_linears_only_and_leaves_state_dicts_alone():
+    model = qwen2_for_fusing(1, torch.bfloat16)
+    keys = set(model.state_dict())
+    plain = [m for m in model.modules() if type(m) is nn.Linear]
+    assert pack_linears(model) == len(plain) == 2 * 7 + 1  # 7 projections per layer, the head
+    assert pack_linears(model) == len(plain)  # idempotent
+    assert set(model.state_dict()) == keys and all(packed_form(m) is not None for m in plain)
+    fp32 = qwen2_for_fusing(1, torch.bfloat16).float()
+    assert pack_linears(fp32) == 0  # other dtypes keep F.linear
+    int4 = nn.Sequential(Int4Linear.from_linear(bf16_linear(64, 128, False).float(), 32))
+    assert pack_linears(int4) == 0
+
+
+def test_a_weight_packing_would_change_is_left_unpacked(monkeypatch):
+    layer = bf16_linear(64, 128, False)
+    monkeypatch.setattr("lsp_server.models.packed.same_numbers", lambda *a: False)
+    assert pack(layer.weight, None) is None
+
+
+@pytest.mark.parametrize("widths,bias", [((128, 64, 64), True), ((256, 256), False)], ids=["qkv", "gate-up"])
+def test_packed_layers_fuse_into_one_packed_copy(widths, bias):
+    parts = [bf16_linear(n, 128, bias, seed=i) for i, n in enumerate(widths)]
+    for part in parts:
+        setattr(part, ATTR, pack(part.weight, part.bias))
+    x = torch.randn(40, 128).bfloat16()
+    with torch.inference_mode():
+        fused = fuse(parts)
+        assert fused is not None and fused.widths == widths and fused.max_rows == float("inf")
+        assert all(packed_form(p) is None for p in parts)  # the fused copy replaces theirs
+        for rows in (1, 2, 5, 40):
+            for got, part in zip(fused(x[:rows]), parts):
+                assert torch.equal(got, part(x[:rows]))
+
+
+def test_bf16_layers_without_packed_copies_are_not_fused():
+    parts = [bf16_linear(64, 128, False, seed=i) for i in range(2)]
+    assert fuse(parts) is None
+
+
+def test_lean_steps_on_packed_layers_give_the_same_logits_as_without():
+    plain, packed = qwen2_for_fusing(5, torch.bfloat16), qwen2_for_fusing(5, torch.bfloat16)
+    pack_linears(packed)
+    assert fuse_projections(packed) == 4  # q/k/v and gate/up in each of 2 layers
+    seq = torch.randint(0, 256, (120,), generator=torch.Generator().manual_seed(0)).tolist()
+    feeds = [(0, 40), (40, 41), (41, 46), (46, 90), (90, 91), (91, 120)]  # prefills, verifies, steps
+    reference, lean, transformers_path = LeanSlot(plain), LeanSlot(packed), KVSlot(packed)
+    with torch.inference_mode():
+        for start, end in feeds:
+            expected = reference.feed(seq[start:end])
+            assert torch.equal(lean.feed(seq[start:end]), expected)
+            # transformers' forward still runs the layers' own weights, the same numbers
+            assert torch.equal(transformers_path.feed(seq[start:end]), expected)
+
