@@ -3,8 +3,8 @@
 `F.linear` on a bf16 CPU tensor hands the weight to oneDNN in its plain [N, K] layout on
 every call, which oneDNN has to take as it is or reorder first (our reading of why it is
 slow; not profiled inside oneDNN): the 1.5B target's matrices streamed at 15-19 GB/s for
-one-token steps where a plain sum over the same bytes streams ~49 GB/s. Reordering once at load and calling
-oneDNN's linear on the packed weight (`torch.ops.mkldnn._reorder_linear_weight` and
+one-token steps where a plain sum over the same bytes streams ~49 GB/s. Reordering once at
+load and calling oneDNN's linear on the packed weight (`torch.ops.mkldnn._reorder_linear_weight` and
 `_linear_pointwise`, what Inductor's freezing pass does for bf16 linears) is ~2.2x faster
 at 1-5 rows (one-off sweep over the target's shapes, 2 threads: 200 -> 93 ms for one row,
 185 -> 81 ms for five) and 7-25 % faster for 32-300 rows; it runs the same oneDNN kernel on
@@ -76,7 +76,7 @@ def pack_linears(model: nn.Module) -> int:
     for module in model.modules():
         if not packable(module):
             continue
-        if getattr(module, ATTR, None) is None:
+        if not hasattr(module, ATTR):  # None: refused, or fused away (models.fuse)
             setattr(module, ATTR, pack(module.weight, module.bias))
         count += getattr(module, ATTR) is not None
     return count

@@ -79,6 +79,7 @@ def test_lean_steps_on_packed_layers_give_the_same_logits_as_without():
     plain, packed = qwen2_for_fusing(5, torch.bfloat16), qwen2_for_fusing(5, torch.bfloat16)
     pack_linears(packed)
     assert fuse_projections(packed) == 4  # q/k/v and gate/up in each of 2 layers
+    assert pack_linears(packed) == 2 * 2 + 1  # o and down per layer, the head: fused ones stay dropped
     seq = torch.randint(0, 256, (120,), generator=torch.Generator().manual_seed(0)).tolist()
     feeds = [(0, 40), (40, 41), (41, 46), (46, 90), (90, 91), (91, 120)]  # prefills, verifies, steps
     reference, lean, transformers_path = LeanSlot(plain), LeanSlot(packed), KVSlot(packed)
