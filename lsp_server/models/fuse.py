@@ -9,8 +9,8 @@ call computes the same numbers bit for bit (checked per layer at load, and in
 tests/unit/test_fuse.py); the layers keep their own modules for transformers' forward, and
 `lean_step` uses the fused ones.
 
-The same holds for bf16 layers packed for oneDNN (`models.packed`): their fused packed
-copy replaces the layers' separate packed copies.
+The same holds for bf16 layers packed for oneDNN (`models.packed`): one packed copy of the
+stacked weights, in place of the layers' separate packed copies.
 
 Memory: packed int4 rows are self-contained in blocks, so the layers' int4 weights become row
 views of the fused weight (nothing added but the small scales). fbgemm's packed W8A8 form is
@@ -90,25 +90,25 @@ def _fuse_packed(parts: list[nn.Linear]) -> packed.PackedLinear | None:
     return packed.pack(torch.cat([p.weight for p in parts]), bias)
 
 
-def fuse(parts: list[nn.Module]) -> Fused | None:
+def fuse(parts: list[nn.Module], pack_bf16: bool = False) -> Fused | None:
     """The fused form of layers that read one input, or None where they can't fuse (mixed
-    kinds, group sizes or biases, bf16 layers without packed copies, or a fused layer that
-    would not compute the same numbers)."""
+    kinds, group sizes or biases, bf16 layers unless `pack_bf16` asks for a oneDNN-packed
+    fused copy, or a fused layer that would not compute the same numbers)."""
     kinds = {type(p) for p in parts}
     if kinds not in ({Int4Linear}, {W8A8Linear}, {nn.Linear}):
         return None
     if len({p.in_features for p in parts}) != 1 or len({p.bias is None for p in parts}) != 1:
         return None
     widths = tuple(p.out_features for p in parts)
-    if kinds == {nn.Linear} and all(packed.packed_form(p) is not None for p in parts):
+    if kinds == {nn.Linear}:
+        if not pack_bf16 or not all(packed.packable(p) for p in parts):
+            return None
         module = _fuse_packed(parts)
         if module is None or not _same_numbers(module, parts):
             return None
-        for p in parts:  # the fused copy serves every row count: drop the separate ones
+        for p in parts:  # the fused copy serves every row count: packed.pack_linears skips these
             setattr(p, packed.ATTR, None)
         return Fused(module, widths, float("inf"))
-    if kinds == {nn.Linear}:
-        return None
     if kinds == {Int4Linear}:
         if len({p.group_size for p in parts}) != 1:
             return None
@@ -122,11 +122,12 @@ def fuse(parts: list[nn.Module]) -> Fused | None:
     return Fused(module, widths, float("inf")) if _same_numbers(module, parts) else None
 
 
-def fuse_projections(model: nn.Module) -> int:
+def fuse_projections(model: nn.Module, pack_bf16: bool = False) -> int:
     """Give each decoder layer `self_attn._specfill_qkv` and `mlp._specfill_gate_up` where
     its projections fuse (plain attributes, not submodules: state dicts and weight counts
-    stay as they were). Call after quantizing and keep_dense_for_prefill, or after
-    packed.pack_linears for bf16 layers. Returns how many fusions were made."""
+    stay as they were). Call after quantizing and keep_dense_for_prefill; with `pack_bf16`,
+    bf16 layers fuse into oneDNN-packed copies (call packed.pack_linears after it for the
+    rest: packing the parts first would be wasted work). Returns how many fusions were made."""
     inner = getattr(model, "model", None)
     made = 0
     for layer in getattr(inner, "layers", None) or []:
@@ -135,7 +136,7 @@ def fuse_projections(model: nn.Module) -> int:
             parts = [getattr(owner, n, None) for n in names]
             if owner is None or any(p is None for p in parts) or hasattr(owner, attr):
                 continue
-            fused = fuse(parts)
+            fused = fuse(parts, pack_bf16)
             if fused is not None:
                 setattr(owner, attr, fused)
                 made += 1

@@ -56,30 +56,29 @@ def test_a_weight_packing_would_change_is_left_unpacked(monkeypatch):
 
 
 @pytest.mark.parametrize("widths,bias", [((128, 64, 64), True), ((256, 256), False)], ids=["qkv", "gate-up"])
-def test_packed_layers_fuse_into_one_packed_copy(widths, bias):
+def test_bf16_layers_fuse_into_one_packed_copy(widths, bias):
     parts = [bf16_linear(n, 128, bias, seed=i) for i, n in enumerate(widths)]
-    for part in parts:
-        setattr(part, ATTR, pack(part.weight, part.bias))
     x = torch.randn(40, 128).bfloat16()
     with torch.inference_mode():
-        fused = fuse(parts)
+        fused = fuse(parts, pack_bf16=True)
         assert fused is not None and fused.widths == widths and fused.max_rows == float("inf")
-        assert all(packed_form(p) is None for p in parts)  # the fused copy replaces theirs
+        assert all(hasattr(p, ATTR) and packed_form(p) is None for p in parts)  # no copies of their own
         for rows in (1, 2, 5, 40):
             for got, part in zip(fused(x[:rows]), parts):
                 assert torch.equal(got, part(x[:rows]))
 
 
-def test_bf16_layers_without_packed_copies_are_not_fused():
+def test_bf16_layers_fuse_only_when_asked_to_pack():
     parts = [bf16_linear(64, 128, False, seed=i) for i in range(2)]
     assert fuse(parts) is None
+    assert fuse([parts[0], parts[1].float()], pack_bf16=True) is None  # not all bf16
 
 
 def test_lean_steps_on_packed_layers_give_the_same_logits_as_without():
     plain, packed = qwen2_for_fusing(5, torch.bfloat16), qwen2_for_fusing(5, torch.bfloat16)
-    pack_linears(packed)
-    assert fuse_projections(packed) == 4  # q/k/v and gate/up in each of 2 layers
-    assert pack_linears(packed) == 2 * 2 + 1  # o and down per layer, the head: fused ones stay dropped
+    assert fuse_projections(packed, pack_bf16=True) == 4  # q/k/v and gate/up in each of 2 layers
+    assert pack_linears(packed) == 2 * 2 + 1  # o and down per layer, the head: the fused parts skipped
+    assert pack_linears(packed) == 2 * 2 + 1  # idempotent
     seq = torch.randint(0, 256, (120,), generator=torch.Generator().manual_seed(0)).tolist()
     feeds = [(0, 40), (40, 41), (41, 46), (46, 90), (90, 91), (91, 120)]  # prefills, verifies, steps
     reference, lean, transformers_path = LeanSlot(plain), LeanSlot(packed), KVSlot(packed)
