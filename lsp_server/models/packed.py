@@ -4,12 +4,12 @@
 every call, which oneDNN has to take as it is or reorder first (our reading of why it is
 slow; not profiled inside oneDNN): the 1.5B target's matrices streamed at 15-19 GB/s for
 one-token steps where a plain sum over the same bytes streams ~49 GB/s. Reordering once at
-load and calling oneDNN's linear on the packed weight (`torch.ops.mkldnn._reorder_linear_weight` and
-`_linear_pointwise`, what Inductor's freezing pass does for bf16 linears) is ~2.2x faster
-at 1-5 rows (one-off sweep over the target's shapes, 2 threads: 200 -> 93 ms for one row,
-185 -> 81 ms for five) and 7-25 % faster for 32-300 rows; it runs the same oneDNN kernel on
-the same numbers, so the outputs are the same bits (checked per layer at load, and in
-tests/unit/test_packed.py).
+load and calling oneDNN's linear on the packed weight
+(`torch.ops.mkldnn._reorder_linear_weight` and `_linear_pointwise`, one of the choices
+Inductor's freezing pass offers for bf16 linears) is ~2.2x faster at 1-5 rows (one-off sweep
+over the target's shapes, 2 threads: 200 -> 93 ms for one row, 185 -> 81 ms for five) and
+7-25 % faster for 32-300 rows, and its outputs are F.linear's bits (checked per layer at
+load, and in tests/unit/test_packed.py).
 
 For a bf16 layer the packed weight is a second copy (the bf16 weights' memory again): the
 layer keeps its own weight for transformers' forward, which stays stock, and `lean_step`
