@@ -6,11 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from lsp_server.engine.cache import KVSlot, LeanSlot
 from lsp_server.models.fuse import fuse, fuse_projections
 from lsp_server.models.quantize import Int4Linear, keep_dense_for_prefill, linear_weights, quantize_model
 from lsp_server.models.w8a8 import W8A8Linear, w8a8_available
-from tests.tiny_models import qwen2_for_fusing
+from tests.tiny_models import assert_same_logits_feed_after_feed, qwen2_for_fusing
 
 needs_fbgemm = pytest.mark.skipif(not w8a8_available(), reason="torch build without fbgemm")
 
@@ -90,11 +89,4 @@ def test_lean_steps_with_fused_projections_give_the_same_logits(mode):
     assert fuse_projections(fused) == 4  # q/k/v and gate/up in each of 2 layers
     assert fuse_projections(fused) == 0  # idempotent
     assert set(fused.state_dict()) == keys  # not submodules: state dicts and weight counts unchanged
-    seq = torch.randint(0, 256, (120,), generator=torch.Generator().manual_seed(0)).tolist()
-    feeds = [(0, 40), (40, 41), (41, 46), (46, 90), (90, 91), (91, 120)]  # prefills, verifies, steps
-    reference, lean, transformers_path = LeanSlot(plain), LeanSlot(fused), KVSlot(fused)
-    with torch.inference_mode():
-        for start, end in feeds:
-            expected = reference.feed(seq[start:end])
-            assert torch.equal(lean.feed(seq[start:end]), expected)
-            assert torch.equal(transformers_path.feed(seq[start:end]), expected)
+    assert_same_logits_feed_after_feed(plain, fused)

@@ -7,11 +7,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lsp_server.engine.cache import KVSlot, LeanSlot
 from lsp_server.models.fuse import fuse, fuse_projections
 from lsp_server.models.packed import ATTR, PackedLinear, linear, pack, pack_linears, packed_form
 from lsp_server.models.quantize import Int4Linear
-from tests.tiny_models import qwen2_for_fusing
+from tests.tiny_models import assert_same_logits_feed_after_feed, qwen2_for_fusing
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch build without oneDNN")
 
@@ -79,13 +78,6 @@ def test_lean_steps_on_packed_layers_give_the_same_logits_as_without():
     assert fuse_projections(packed, pack_bf16=True) == 4  # q/k/v and gate/up in each of 2 layers
     assert pack_linears(packed) == 2 * 2 + 1  # o and down per layer, the head: the fused parts skipped
     assert pack_linears(packed) == 2 * 2 + 1  # idempotent
-    seq = torch.randint(0, 256, (120,), generator=torch.Generator().manual_seed(0)).tolist()
-    feeds = [(0, 40), (40, 41), (41, 46), (46, 90), (90, 91), (91, 120)]  # prefills, verifies, steps
-    reference, lean, transformers_path = LeanSlot(plain), LeanSlot(packed), KVSlot(packed)
-    with torch.inference_mode():
-        for start, end in feeds:
-            expected = reference.feed(seq[start:end])
-            assert torch.equal(lean.feed(seq[start:end]), expected)
-            # transformers' forward still runs the layers' own weights, the same numbers
-            assert torch.equal(transformers_path.feed(seq[start:end]), expected)
+    # transformers' forward still runs the layers' own weights: the same numbers too
+    assert_same_logits_feed_after_feed(plain, packed)
 
