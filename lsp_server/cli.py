@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--no-decode", action="store_true", help="skip the smoke decode")
     doctor.set_defaults(func=_doctor)
 
-    bench = sub.add_parser("bench", help="benchmarks: engine | lsp | policy | peers")
+    bench = sub.add_parser("bench", help="benchmarks: engine | lsp | policy | peers | bound")
     bench_sub = bench.add_subparsers(dest="bench_command", required=True)
     from lsp_server.bench import register_benchmarks
 

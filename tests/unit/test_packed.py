@@ -1,4 +1,6 @@
-"""bf16 layers packed for oneDNN compute what F.linear computes, bit for bit."""
+"""bf16 layers packed for oneDNN compute what F.linear computes, bit for bit; calls of 1-3
+rows run as padded 4-row calls (faster here), and then compute what F.linear computes on the
+padded rows."""
 
 from __future__ import annotations
 
@@ -7,12 +9,19 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from lsp_server.models import packed as packed_module
 from lsp_server.models.fuse import fuse, fuse_projections
 from lsp_server.models.packed import ATTR, PackedLinear, linear, pack, pack_linears, packed_form
 from lsp_server.models.quantize import Int4Linear
 from tests.tiny_models import assert_same_logits_feed_after_feed, qwen2_for_fusing
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch build without oneDNN")
+
+
+@pytest.fixture
+def unpadded(monkeypatch):
+    """Calls on exactly the rows given: the kernel's own bits."""
+    monkeypatch.setattr(packed_module, "PAD_TO", {})
 
 
 def bf16_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
@@ -24,7 +33,7 @@ def bf16_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
 
 
 @pytest.mark.parametrize("bias", [False, True])
-def test_packed_output_is_f_linear_bit_for_bit(bias):
+def test_packed_output_is_f_linear_bit_for_bit(bias, unpadded):
     layer = bf16_linear(192, 128, bias)
     packed = PackedLinear(layer.weight, layer.bias)
     x = torch.randn(2, 40, 128).bfloat16()
@@ -33,6 +42,23 @@ def test_packed_output_is_f_linear_bit_for_bit(bias):
             assert torch.equal(packed(x[0, :rows]), F.linear(x[0, :rows], layer.weight, layer.bias))
         assert torch.equal(packed(x), F.linear(x, layer.weight, layer.bias))  # leading dims kept
         assert torch.equal(linear(layer, x[0]), layer(x[0]))  # no packed form yet: the layer
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_calls_of_1_to_3_rows_run_as_padded_4_row_calls(bias):
+    assert packed_module.PAD_TO == {1: 4, 2: 4, 3: 4}
+    layer = bf16_linear(192, 128, bias)
+    packed = PackedLinear(layer.weight, layer.bias)
+    x = torch.randn(40, 128).bfloat16()
+    with torch.inference_mode():
+        for rows in (1, 2, 3):
+            padded = torch.cat([x[:rows], x.new_zeros(4 - rows, 128)])
+            got = packed(x[:rows])
+            assert got.shape == (rows, 192)
+            assert torch.equal(got, F.linear(padded, layer.weight, layer.bias)[:rows])
+            assert torch.equal(got, packed.raw(padded)[:rows])
+        for rows in (4, 5, 40):  # unpadded: F.linear's bits
+            assert torch.equal(packed(x[:rows]), F.linear(x[:rows], layer.weight, layer.bias))
 
 
 def test_pack_linears_packs_bf16_linears_only_and_leaves_state_dicts_alone():
@@ -55,7 +81,7 @@ def test_a_weight_packing_would_change_is_left_unpacked(monkeypatch):
 
 
 @pytest.mark.parametrize("widths,bias", [((128, 64, 64), True), ((256, 256), False)], ids=["qkv", "gate-up"])
-def test_bf16_layers_fuse_into_one_packed_copy(widths, bias):
+def test_bf16_layers_fuse_into_one_packed_copy(widths, bias, unpadded):
     parts = [bf16_linear(n, 128, bias, seed=i) for i, n in enumerate(widths)]
     x = torch.randn(40, 128).bfloat16()
     with torch.inference_mode():
@@ -73,7 +99,7 @@ def test_bf16_layers_fuse_only_when_asked_to_pack():
     assert fuse([parts[0], parts[1].float()], pack_bf16=True) is None  # not all bf16
 
 
-def test_lean_steps_on_packed_layers_give_the_same_logits_as_without():
+def test_lean_steps_on_packed_layers_give_the_same_logits_as_without(unpadded):
     plain, packed = qwen2_for_fusing(5, torch.bfloat16), qwen2_for_fusing(5, torch.bfloat16)
     assert fuse_projections(packed, pack_bf16=True) == 4  # q/k/v and gate/up in each of 2 layers
     assert pack_linears(packed) == 2 * 2 + 1  # o and down per layer, the head: the fused parts skipped
