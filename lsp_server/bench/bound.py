@@ -6,7 +6,7 @@ the prompts, the target's own greedy output and its prefill times) and then:
 
 1. walks the real draft along the target's output one token at a time, as a proposal
    does, and records at every position how many of the next tokens it gets right (its
-   greedy run) and its confidence; the same for prompt lookup, from the text so far;
+   greedy run); the same for prompt lookup, from the text so far;
 2. times, on the loaded models, the target's feeds of 1 to k_max+1 rows (a plain step and
    verifies) and the draft's one-token step;
 3. finds the fastest schedule of plain, draft and lookup rounds that knows every run in

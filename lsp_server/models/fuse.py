@@ -75,9 +75,7 @@ def _same_numbers(fused: Callable[[torch.Tensor], torch.Tensor], parts: list[nn.
     layout differs by CPU), so this is checked on the machine rather than assumed."""
     x = torch.randn(2, parts[0].in_features, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
     with torch.inference_mode():
-        # A packed copy is checked on the kernel itself: padded calls (packed.PAD_TO)
-        # compute rows as part of a larger call, and then agree with neither form unpadded.
-        got = getattr(fused, "raw", fused)(x).split([p.out_features for p in parts], dim=-1)
+        got = fused(x).split([p.out_features for p in parts], dim=-1)
         return all(torch.equal(g, p(x)) for g, p in zip(got, parts))
 
 
@@ -106,7 +104,9 @@ def fuse(parts: list[nn.Module], pack_bf16: bool = False) -> Fused | None:
         if not pack_bf16 or not all(packed.packable(p) for p in parts):
             return None
         module = _fuse_packed(parts)
-        if module is None or not _same_numbers(module, parts):
+        # Checked on the kernel itself: a padded call (packed.PAD_TO) computes its rows as
+        # part of a larger call, and then agrees with neither form unpadded.
+        if module is None or not _same_numbers(module.raw, parts):
             return None
         for p in parts:  # the fused copy serves every row count: packed.pack_linears skips these
             setattr(p, packed.ATTR, None)
