@@ -86,6 +86,7 @@ class SpeculativeEngine:
                 install_abort_hooks(model)
         self.lookup = PromptLookupDrafter()
         self.memory = AcceptanceMemory()
+        self.costs = None  # engine.costs.RowCosts once the runtime has timed this machine
         self._token_texts: TokenTexts | None = None  # see token_texts()
 
     # -- public -----------------------------------------------------------------
