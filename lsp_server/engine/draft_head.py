@@ -82,7 +82,8 @@ def draft_head(model: torch.nn.Module, common: int = DEFAULT_COMMON) -> DraftHea
     input embeddings, or (W8A8) the int8 rows times their scales."""
     head = model.get_output_embeddings()
     vocab = getattr(head, "out_features", 0)
-    common = common // _ROW_BLOCK * _ROW_BLOCK
+    if isinstance(head, Int4Linear):
+        common = common // _ROW_BLOCK * _ROW_BLOCK
     if not isinstance(head, (Int4Linear, W8A8Linear)) or head.bias is not None or not 0 < common < vocab:
         return None
     if isinstance(head, W8A8Linear):
