@@ -22,6 +22,7 @@ import sys
 from typing import Callable
 
 import torch
+from torch.nn import functional as F
 
 from ..models.attention import packed_gqa_attention
 from ..models.packed import linear
@@ -147,10 +148,20 @@ def _attention(attn: torch.nn.Module, q: torch.Tensor, kv: StaticKV, layer: int,
         out, _ = packed_gqa_attention(attn, q[None], keys[:, :, :past + q.shape[1]],
                                       values[:, :, :past + q.shape[1]], mask, scaling=attn.scaling)
         return out[0]
-    rows = [packed_gqa_attention(attn, q[None, :, j:j + 1], keys[:, :, :past + j + 1],
-                                 values[:, :, :past + j + 1], None, scaling=attn.scaling)[0][0]
-            for j in range(q.shape[1])]  # each [1, H, D]
-    return torch.cat(rows)
+    heads, rows, dim = q.shape
+    kv_heads = keys.shape[1]
+    if heads == kv_heads:  # no shared heads: the standard path, row by row
+        return torch.cat([packed_gqa_attention(attn, q[None, :, j:j + 1], keys[:, :, :past + j + 1],
+                                               values[:, :, :past + j + 1], None, scaling=attn.scaling)[0][0]
+                          for j in range(rows)])
+    # What packed_gqa_attention does for a one-row step (one SDPA call per key/value head
+    # group, query heads folded in), called directly: T calls per layer, so its Python
+    # checks would cost more than the attention of a short verify.
+    packed = q.reshape(kv_heads, heads // kv_heads, rows, dim).transpose(1, 2)  # [KV, T, g, D]
+    out = [F.scaled_dot_product_attention(packed[None, :, j].contiguous(), keys[:, :, :past + j + 1],
+                                          values[:, :, :past + j + 1], scale=attn.scaling)
+           for j in range(rows)]  # each [1, KV, g, D]
+    return torch.stack(out).reshape(rows, heads, dim)
 
 
 @torch.inference_mode()

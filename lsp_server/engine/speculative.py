@@ -109,7 +109,7 @@ class SpeculativeEngine:
                     logits = self._plain_step(run, slot)
                 token, rest = self._choose(run, logits, rest)
                 yield from self._accept(run, [token])
-            controller = Controller(request.policy, self.memory)
+            controller = Controller(request.policy, self.memory, self.costs)
             while not run.stats.stop_reason:
                 if should_abort():
                     raise Aborted()
