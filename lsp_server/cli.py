@@ -11,12 +11,15 @@ from lsp_server import __version__
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from lsp_server.rpc_protocol import quiet_pygls
     from lsp_server.server import create_server
 
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        **({"filename": args.log_file} if args.log_file else {}))
+    level = getattr(logging, args.log_level.upper())
+    # stderr is the editor's output panel; --log-file moves the log out of it.
+    output = {"filename": args.log_file} if args.log_file else {"stream": sys.stderr}
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        **output)
+    quiet_pygls(level)
     server = create_server()
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")

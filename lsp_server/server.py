@@ -10,27 +10,20 @@ from typing import Any, Callable
 
 from lsprotocol import types as lsp
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.exceptions import FeatureRequestError, JsonRpcException
 
 from lsp_server import __version__
 from lsp_server.completion import CompletionService, Cursor
 from lsp_server.config import Config, config_from_options, model_identity
 from lsp_server.documents import DocumentStore
 from lsp_server.engine.worker import EngineWorker
+from lsp_server.rpc_protocol import PARSE_ERROR, SpecfillProtocol
 from lsp_server.protocol import CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION, StreamUpdate
 from lsp_server.server_stats import ServerStats
+from lsp_server.user_messages import RateLimiter
 
 log = logging.getLogger(__name__)
 RuntimeFactory = Callable[[Config, Callable[[str], None]], Any]
-
-
-class SpecfillProtocol(LanguageServerProtocol):
-    def structure_message(self, data: dict) -> Any:
-        # JSON-RPC lets a request omit `params` (`specfill/stats` has none); pygls's
-        # generic message type for custom methods insists on the field.
-        if "method" in data and "params" not in data:
-            data = {**data, "params": None}
-        return super().structure_message(data)
 
 
 class SpecfillServer(LanguageServer):
@@ -44,6 +37,7 @@ class SpecfillServer(LanguageServer):
         self.documents = DocumentStore()
         self.stats = ServerStats()
         self.worker: EngineWorker | None = None
+        self.popups = RateLimiter()
         self.completions = CompletionService(
             self.documents, lambda: self.worker, lambda: self.config, self.send_stream,
             self.tell_user, self.stats)
@@ -58,9 +52,28 @@ class SpecfillServer(LanguageServer):
     def send_stream(self, update: StreamUpdate) -> None:
         self.protocol.notify(STREAM_NOTIFICATION, update.to_json())
 
-    def tell_user(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
+    def tell_user(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning,
+                  key: str | None = None) -> None:
+        """A popup, at most one per `key` (default: the message itself) per minute."""
+        if not self.popups.allow(key or message):
+            log.debug("not shown again within a minute: %s", message)
+            return
         log.warning(message)
         self.window_show_message(lsp.ShowMessageParams(type=kind, message=message))
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """pygls' out-of-band errors. Its default shows "Error in server: <exception text>";
+        here the text stays out (it can quote the document) and bodies that are not JSON
+        are answered -32700, as JSON-RPC asks."""
+        if source is FeatureRequestError:
+            return  # already answered by the protocol
+        if source is JsonRpcException and isinstance(error, (ValueError, RecursionError)):
+            log.warning("answered %s: the message body is not JSON (%s)", PARSE_ERROR,
+                        type(error).__name__)
+            self.protocol.send_error(None, PARSE_ERROR, "Parse error: the message body is not JSON")
+            return
+        self.tell_user(f"specfill: internal error ({type(error).__name__}); the server log "
+                       "has the details.", lsp.MessageType.Error, key="internal-error")
 
     def apply_settings(self, options: Any) -> None:
         new, problems = config_from_options(options, self.config)
@@ -126,7 +139,8 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: SpecfillServer, params: lsp.DidOpenTextDocumentParams) -> None:
         d = params.text_document
-        ls.documents.open(d.uri, d.language_id, d.version, d.text)
+        language = d.language_id if isinstance(d.language_id, str) else ""  # lsprotocol lets ints by
+        ls.documents.open(d.uri, language, d.version, d.text)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> None:
