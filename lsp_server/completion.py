@@ -81,7 +81,7 @@ class CompletionService:
     def __init__(
         self, documents: DocumentStore, worker_ref: Callable[[], EngineWorker | None],
         config_ref: Callable[[], Config], notify: Callable[[str, Any], None],
-        tell_user: Callable[[str], None], stats: ServerStats,
+        tell_user: Callable[..., None], stats: ServerStats,
     ):
         self.documents = documents
         self.worker_ref = worker_ref
@@ -99,6 +99,9 @@ class CompletionService:
             return None
         if doc is None:
             self.tell_user(f"specfill: {cursor.uri} is not open on the server; reopen the file.")
+            return None
+        if doc.problem:  # out of sync or too large: said once when it happened
+            log.debug("no completion for %s: %s", cursor.uri, doc.problem)
             return None
         if not await worker.wait_ready(config.readyTimeoutS):
             why = worker.load_error or f"models still loading after {config.readyTimeoutS:.0f} s"
@@ -150,7 +153,7 @@ class CompletionService:
         assert final is not None
         if final.reason == "error":
             self.stats.outcome(context, "error", final.stats)
-            self.tell_user(f"specfill: completion failed: {final.error}")
+            self.tell_user(f"specfill: completion failed: {final.error}", key="completion-failed")
             return None
         text = clean(final.text, prepared.suffix)
         self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats, msg_id)

@@ -65,6 +65,7 @@ class Config:
     temperature: float = 0.0
     topP: float = 1.0
     readyTimeoutS: float = 120.0  # how long an early request waits for the models
+    maxDocumentMB: float = 8.0  # larger documents get no completions (and are not kept)
     enabled: bool = True
 
 
@@ -83,6 +84,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "temperature": (0.0, 5.0),
     "topP": (0.01, 1.0),
     "readyTimeoutS": (0.0, 3600.0),
+    "maxDocumentMB": (0.001, 1024.0),
 }
 
 

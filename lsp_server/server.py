@@ -81,6 +81,7 @@ class SpecfillServer(LanguageServer):
             self.tell_user(f"specfill: {problem}")
         reload = self.worker is not None and model_identity(new) != model_identity(self.config)
         self.config = new
+        self.documents.max_bytes = int(new.maxDocumentMB * 2**20)
         if reload:
             self.tell_user("specfill: model settings changed; reloading the models.",
                            lsp.MessageType.Info)
@@ -140,16 +141,26 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
     def did_open(ls: SpecfillServer, params: lsp.DidOpenTextDocumentParams) -> None:
         d = params.text_document
         language = d.language_id if isinstance(d.language_id, str) else ""  # lsprotocol lets ints by
-        ls.documents.open(d.uri, language, d.version, d.text)
+        doc = ls.documents.open(d.uri, language, d.version, d.text)
+        if doc.problem:
+            ls.tell_user(f"specfill: no completions for {d.uri}: it is {doc.problem} "
+                         "(setting maxDocumentMB).", key="too-large")
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> None:
         d = params.text_document
         outcome = ls.documents.change(d.uri, d.version, params.content_changes, ls.encoding)
         if outcome.error:
-            ls.tell_user(f"specfill: {outcome.error}")
-        elif outcome.warning:
+            ls.tell_user(f"specfill: {outcome.error}", key="bad-change")
+            return
+        if outcome.warning:
             log.warning(outcome.warning)
+        if outcome.problem and outcome.problem.startswith("out of sync"):
+            # one line, no text; completions resume at the next didOpen or full-text change
+            log.warning("%s is %s; no completions until it is reopened", d.uri, outcome.problem)
+        elif outcome.problem:
+            ls.tell_user(f"specfill: no completions for {d.uri}: it is {outcome.problem} "
+                         "(setting maxDocumentMB).", key="too-large")
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpecfillServer, params: lsp.DidCloseTextDocumentParams) -> None:
