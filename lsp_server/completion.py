@@ -72,8 +72,10 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtim
     request = CompletionRequest(
         f"{cursor.uri}#{next(_ids)}", tuple(prompt.ids), policy, config.temperature, config.topP,
         heal=prompt.heal)
+    # The user's code stays out of the log unless they asked for debug.
     log.info("completion %s at %d:%d: %s, %d prompt tokens", request.id, cursor.line,
-             cursor.character, describe(context), len(prompt.ids))
+             cursor.character, describe(context, log.isEnabledFor(logging.DEBUG)),
+             len(prompt.ids))
     return Prepared(request, context, suffix)
 
 
