@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from lsp_server.config import Config
@@ -48,7 +48,9 @@ class Prepared:
 class Generation:
     cursor: Cursor
     task: asyncio.Task
-    subscribers: int = 0
+    # JSON-RPC ids of the requests waiting on it, each streamed to under its own id; an id
+    # leaves the list when its stream has had its done:true.
+    request_ids: list = field(default_factory=list)
 
 
 def clean(text: str, suffix: str) -> str:
@@ -117,17 +119,20 @@ class CompletionService:
             if generation is not None:
                 generation.task.cancel()  # superseded: the client moved on
             prepared = prepare(doc, cursor, encoding, config, worker.engine)
-            task = asyncio.create_task(self._run(worker, prepared, cursor, msg_id))
-            generation = self.inflight[cursor.uri] = Generation(cursor, task)
-        return await self._follow(generation)
+            ids: list = []
+            task = asyncio.create_task(self._run(worker, prepared, cursor, ids))
+            generation = self.inflight[cursor.uri] = Generation(cursor, task, ids)
+        return await self._follow(generation, msg_id)
 
-    async def _follow(self, generation: Generation) -> str | None:
-        generation.subscribers += 1
+    async def _follow(self, generation: Generation, msg_id: Any) -> str | None:
+        generation.request_ids.append(msg_id)
         try:
             return await asyncio.shield(generation.task)
         except asyncio.CancelledError:
-            generation.subscribers -= 1
-            if generation.subscribers <= 0:
+            if msg_id in generation.request_ids:  # its stream has not ended yet
+                generation.request_ids.remove(msg_id)
+                self._stream(generation.cursor, [msg_id], "", done=True)
+            if not generation.request_ids:
                 generation.task.cancel()  # nobody waits for it any more
             raise
         finally:
@@ -135,35 +140,46 @@ class CompletionService:
                 del self.inflight[generation.cursor.uri]
 
     async def _run(self, worker: EngineWorker, prepared: Prepared, cursor: Cursor,
-                   msg_id: Any) -> str | None:
+                   ids: list) -> str | None:
         context = prepared.context.kind.value
         self.stats.request(context)
         shown = ""
         try:
             final: Finished | None = None
-            async for event in worker.submit(prepared.request):
+            on_final = lambda event: self.stats.work(context, event.stats)  # noqa: E731
+            async for event in worker.submit(prepared.request, on_final):
                 if isinstance(event, TextDelta):
                     text = clean(event.text, prepared.suffix)
                     if text != shown and text.strip():
                         shown = text
-                        self._stream(cursor, msg_id, text, done=False)
+                        self._stream(cursor, ids, text, done=False)
                 elif isinstance(event, Finished):
                     final = event
         except asyncio.CancelledError:
             self.stats.outcome(context, "cancelled")
+            self._end_streams(cursor, ids, "")
             raise
         assert final is not None
         if final.reason == "error":
             self.stats.outcome(context, "error", final.stats)
+            self._end_streams(cursor, ids, "")
             self.tell_user(f"specfill: completion failed: {final.error}", key="completion-failed")
             return None
         text = clean(final.text, prepared.suffix)
-        self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats, msg_id)
-        self._stream(cursor, msg_id, text, done=True)
+        self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats,
+                           ids[0] if ids else None)
+        self._end_streams(cursor, ids, text)
         return text if text.strip() else None
 
-    def _stream(self, cursor: Cursor, msg_id: Any, text: str, done: bool) -> None:
-        update = StreamUpdate(cursor.uri, cursor.version,
-                              {"line": cursor.line, "character": cursor.character},
-                              msg_id, text, done)
-        self.notify(update)
+    def _end_streams(self, cursor: Cursor, ids: list, text: str) -> None:
+        """done:true to every request still following, whatever the outcome."""
+        ended = list(ids)
+        ids.clear()
+        self._stream(cursor, ended, text, done=True)
+
+    def _stream(self, cursor: Cursor, ids: list, text: str, done: bool) -> None:
+        for msg_id in list(ids):
+            update = StreamUpdate(cursor.uri, cursor.version,
+                                  {"line": cursor.line, "character": cursor.character},
+                                  msg_id, text, done)
+            self.notify(update)

@@ -2,7 +2,7 @@
 
 `initializationOptions` and `workspace/didChangeConfiguration` carry the same nested
 shape (camelCase keys, as editors write settings). A bad value never stops the server:
-it is reported and replaced by its default.
+it is reported and the value in force is kept (the default, at initialize).
 """
 
 from __future__ import annotations
@@ -142,7 +142,8 @@ def _merge(obj: Any, data: Any, prefix: str, errors: list[str]) -> Any:
             continue
         problem = _check(path, current, value)
         if problem:
-            errors.append(f"{problem}; using the default {current!r}")
+            # `obj` is the config in force (the defaults at initialize): keep its value
+            errors.append(f"{problem}; keeping {current!r}")
         else:
             changes[key] = float(value) if isinstance(current, float) else value
     return replace(obj, **changes)

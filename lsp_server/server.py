@@ -80,6 +80,8 @@ class SpecfillServer(LanguageServer):
         for problem in problems:
             self.tell_user(f"specfill: {problem}")
         reload = self.worker is not None and model_identity(new) != model_identity(self.config)
+        if self.worker is not None and new.model.threads != self.config.model.threads:
+            self.worker.set_threads(new.model.threads)  # applied before the next request
         self.config = new
         self.documents.max_bytes = int(new.maxDocumentMB * 2**20)
         if reload:
@@ -195,6 +197,7 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
             "ready": bool(worker and worker.ready.is_set()),
             "idle": bool(worker is None or worker.is_idle()),
             "load_error": worker.load_error if worker else None,
+            "threads": worker.threads_in_use if worker else None,
             "abort_latencies_s": list(worker.abort_latencies_s) if worker else [],
         }
         return out

@@ -83,9 +83,15 @@ class ServerStats:
         self.totals.requests += 1
         self.by_context[context].requests += 1
 
+    def work(self, context: str, stats: Stats) -> None:
+        """What the engine did for one request, whatever its outcome (cancelled ones too)."""
+        for tally in (self.totals, self.by_context[context]):
+            tally.add(stats)
+
     def outcome(self, context: str, kind: str, stats: Stats | None = None,
                 request_id: Any = None) -> None:
-        """kind: completion | empty | cancelled | error"""
+        """kind: completion | empty | cancelled | error. `stats` only becomes `last`; the
+        engine work is counted by `work`."""
         for tally in (self.totals, self.by_context[context]):
             if kind == "completion":
                 tally.completions += 1
@@ -95,8 +101,6 @@ class ServerStats:
                 tally.cancelled += 1
             else:
                 tally.errors += 1
-            if stats is not None:
-                tally.add(stats)
         if stats is not None and kind in ("completion", "empty"):
             self.last = {"context": context, "request_id": request_id, **stats.to_dict()}
 

@@ -32,12 +32,18 @@ class _Job:
     events: asyncio.Queue
     abort: threading.Event = field(default_factory=threading.Event)
     aborted_at: float | None = None
+    # Called on the loop with the final event, before the stream sees it, even when the
+    # consumer left early: the engine work of cancelled requests is counted too.
+    on_final: Callable[[Finished], None] | None = None
 
 
 class EngineWorker:
     def __init__(self, factory: EngineFactory, threads: int | None = None):
         self._factory = factory
         self._threads = threads
+        self._applied_threads: int | None = None
+        self.threads_in_use: int | None = None  # torch's count on the worker thread, once set
+        self._default_threads: int | None = None
         self._jobs: "queue.Queue[_Job | None]" = queue.Queue()
         self._active: dict[str, _Job] = {}
         self._lock = threading.Lock()
@@ -64,8 +70,9 @@ class EngineWorker:
             await asyncio.sleep(0.05)
         return self.ready.is_set()
 
-    def submit(self, request: CompletionRequest) -> AsyncIterator[EngineEvent]:
-        job = _Job(request, asyncio.get_running_loop(), asyncio.Queue())
+    def submit(self, request: CompletionRequest,
+               on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:
+        job = _Job(request, asyncio.get_running_loop(), asyncio.Queue(), on_final=on_final)
         with self._lock:
             self._active[request.id] = job
         self._jobs.put(job)
@@ -77,6 +84,11 @@ class EngineWorker:
         if job is not None and not job.abort.is_set():
             job.aborted_at = time.perf_counter()
             job.abort.set()
+
+    def set_threads(self, threads: int | None) -> None:
+        """torch's CPU thread count (None or 0: torch's own default), applied on the worker
+        thread before its next request; no reload needed."""
+        self._threads = threads or None
 
     def stop(self) -> None:
         with self._lock:
@@ -103,10 +115,7 @@ class EngineWorker:
 
     def _run(self) -> None:
         try:
-            if self._threads:
-                import torch
-
-                torch.set_num_threads(self._threads)
+            self._apply_threads()
             self.engine = self._factory(self.load_progress.append)
             self.ready.set()
         except Exception as exc:  # surfaced to the user by the server, not raised here
@@ -118,14 +127,31 @@ class EngineWorker:
                 return
             self.busy.set()
             try:
+                self._apply_threads()
                 self._serve(job)
             finally:
                 with self._lock:
                     self._active.pop(job.request.id, None)
                 self.busy.clear()
 
+    def _apply_threads(self) -> None:
+        wanted = self._threads
+        if wanted == self._applied_threads:
+            return
+        import torch
+
+        if self._default_threads is None:
+            self._default_threads = torch.get_num_threads()
+        torch.set_num_threads(wanted or self._default_threads)
+        self._applied_threads = wanted
+        self.threads_in_use = torch.get_num_threads()
+
     def _serve(self, job: _Job) -> None:
         def emit(event: EngineEvent) -> None:
+            if job.loop.is_closed():
+                return  # the server is gone; nobody is left to tell
+            if isinstance(event, Finished) and job.on_final is not None:
+                job.loop.call_soon_threadsafe(job.on_final, event)
             job.loop.call_soon_threadsafe(job.events.put_nowait, event)
 
         if job.abort.is_set() or self.engine is None:

@@ -76,3 +76,12 @@ def test_a_reversed_range_desyncs_and_didopen_brings_it_back(wire):
     assert complete(wire, "reversed", 11, 8) == []
     open_doc(wire, version=12)
     assert complete(wire, "reopened", 11, 8)
+
+
+def test_a_thread_count_change_takes_effect_without_a_reload(wire):
+    open_doc(wire, version=20)
+    wire.notify("workspace/didChangeConfiguration", {"settings": {"specfill": {"model": {"threads": 2}}}})
+    complete(wire, "threads", 11, 8)
+    engine = wire.call("threads-stats", "specfill/stats")["result"]["engine"]
+    assert engine["threads"] == 2 and engine["ready"]
+    assert not any("reloading" in t for t in popups(wire))
