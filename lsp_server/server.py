@@ -38,6 +38,7 @@ class SpecfillServer(LanguageServer):
         self.stats = ServerStats()
         self.worker: EngineWorker | None = None
         self.popups = RateLimiter()
+        self.notes = RateLimiter()
         self.completions = CompletionService(
             self.documents, lambda: self.worker, lambda: self.config, self.send_stream,
             self.tell_user, self.stats)
@@ -60,6 +61,13 @@ class SpecfillServer(LanguageServer):
             return
         log.warning(message)
         self.window_show_message(lsp.ShowMessageParams(type=kind, message=message))
+
+    def log_once(self, message: str, key: str) -> None:
+        """A client's protocol mistake: one log line per `key` a minute, never a popup."""
+        if self.notes.allow(key):
+            log.warning(message)
+        else:
+            log.debug(message)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """pygls' out-of-band errors. Its default shows "Error in server: <exception text>";
@@ -145,15 +153,15 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
         language = d.language_id if isinstance(d.language_id, str) else ""  # lsprotocol lets ints by
         doc = ls.documents.open(d.uri, language, d.version, d.text)
         if doc.problem:
-            ls.tell_user(f"specfill: no completions for {d.uri}: it is {doc.problem} "
-                         "(setting maxDocumentMB).", key="too-large")
+            ls.log_once(f"no completions for {d.uri}: it is {doc.problem} (setting "
+                        "maxDocumentMB)", key=f"too-large {d.uri}")
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> None:
         d = params.text_document
         outcome = ls.documents.change(d.uri, d.version, params.content_changes, ls.encoding)
         if outcome.error:
-            ls.tell_user(f"specfill: {outcome.error}", key="bad-change")
+            ls.log_once(outcome.error, key="bad-change")
             return
         if outcome.warning:
             log.warning(outcome.warning)
@@ -161,8 +169,8 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
             # one line, no text; completions resume at the next didOpen or full-text change
             log.warning("%s is %s; no completions until it is reopened", d.uri, outcome.problem)
         elif outcome.problem:
-            ls.tell_user(f"specfill: no completions for {d.uri}: it is {outcome.problem} "
-                         "(setting maxDocumentMB).", key="too-large")
+            ls.log_once(f"no completions for {d.uri}: it is {outcome.problem} (setting "
+                        "maxDocumentMB)", key=f"too-large {d.uri}")
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpecfillServer, params: lsp.DidCloseTextDocumentParams) -> None:

@@ -48,13 +48,27 @@ def popups(wire: WireClient) -> list[str]:
     return [m["params"]["message"] for m in wire.notifications("window/showMessage")]
 
 
-def test_did_change_for_an_unopened_document_is_one_clear_popup_not_a_key_error(wire):
+def test_did_change_for_an_unopened_document_is_one_log_line_not_a_popup(wire):
     for n in range(5):
         change(wire, n + 2, edit((0, 0), (0, 0), "x"), uri="file:///work/never-opened.py")
     wire.call("probe", "specfill/stats")
-    texts = popups(wire)
-    assert not any("Error in server" in t or "KeyError" in t for t in texts)
-    assert len([t for t in texts if "never-opened.py, which is not open" in t]) == 1
+    assert popups(wire) == []
+    assert wire.log_path.read_text().count("never-opened.py, which is not open") == 1
+
+
+def test_a_document_over_the_size_limit_gets_no_completions_and_one_log_line(wire):
+    wire.notify("workspace/didChangeConfiguration", {"settings": {"maxDocumentMB": 0.001}})
+    big = "x = 1\n" * 400  # 2,400 bytes > 1,048
+    wire.notify("textDocument/didOpen", {"textDocument": {
+        "uri": "file:///work/big.py", "languageId": "python", "version": 1, "text": big}})
+    response = wire.call("big", "textDocument/inlineCompletion", {
+        "textDocument": {"uri": "file:///work/big.py"}, "position": {"line": 3, "character": 0},
+        "context": {"triggerKind": 1}})
+    assert response["result"]["items"] == []
+    wire.notify("workspace/didChangeConfiguration", {"settings": {"maxDocumentMB": 8.0}})
+    wire.call("probe-big", "specfill/stats")
+    assert wire.log_path.read_text().count("big.py: it is larger than the limit") == 1
+    assert popups(wire) == []
 
 
 def test_an_edit_outside_the_text_stops_completions_until_a_full_text(wire):
