@@ -133,9 +133,23 @@ class SpecfillProtocol(LanguageServerProtocol):
         return None
 
     def send_error(self, msg_id: Any, code: int, message: str) -> None:
+        if msg_id is None:  # lsprotocol's converter would drop the null id JSON-RPC requires
+            self._send_data({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}})
+            return
         self._send_response(msg_id, error=lsp.ResponseError(code=code, message=message))
 
     # -- handler outcomes: no tracebacks or exception texts to the client -----------
+
+    def _execute_handler(self, msg_id, handler, callback, args=None, kwargs=None):
+        # pygls files every async, threaded or generator handler's future under an id and
+        # only requests' answers take it out again: notifications (every didChange) and the
+        # inner steps of its built-in handlers would stay in `_request_futures` for good.
+        def forget_then(future: Any) -> None:
+            if self._request_futures.get(msg_id) is future:
+                del self._request_futures[msg_id]
+            callback(future)
+
+        super()._execute_handler(msg_id, handler, forget_then, args, kwargs)
 
     def _send_handler_result(self, future: Any, *, msg_id: Any) -> None:
         exc = None if future.cancelled() else future.exception()

@@ -18,7 +18,8 @@ from lsp_server.config import Config, config_from_options, model_identity
 from lsp_server.documents import DocumentStore
 from lsp_server.engine.worker import EngineWorker
 from lsp_server.rpc_protocol import PARSE_ERROR, SpecfillProtocol
-from lsp_server.protocol import CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION, StreamUpdate
+from lsp_server.protocol import (CONFIG_SECTION, DOCUMENT_REQUEST, STATS_REQUEST, STREAM_NOTIFICATION,
+                                 StreamUpdate, document_summary)
 from lsp_server.server_stats import ServerStats
 from lsp_server.user_messages import RateLimiter
 
@@ -61,6 +62,16 @@ class SpecfillServer(LanguageServer):
             return
         log.warning(message)
         self.window_show_message(lsp.ShowMessageParams(type=kind, message=message))
+
+    def table_sizes(self) -> dict[str, int]:
+        worker = self.worker
+        return {
+            "pygls_request_futures": len(self.protocol._request_futures),
+            "pygls_result_types": len(self.protocol._result_types),
+            "inflight_generations": len(self.completions.inflight),
+            "worker_active_jobs": worker.active_jobs() if worker else 0,
+            "documents": len(self.documents),
+        }
 
     def log_once(self, message: str, key: str) -> None:
         """A client's protocol mistake: one log line per `key` a minute, never a popup."""
@@ -145,7 +156,8 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
 
     @server.feature(lsp.INITIALIZED)
     def initialized(ls: SpecfillServer, params: lsp.InitializedParams) -> None:
-        ls.start_worker()
+        if ls.worker is None:  # a second `initialized` must not reload the models
+            ls.start_worker()
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: SpecfillServer, params: lsp.DidOpenTextDocumentParams) -> None:
@@ -208,7 +220,14 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
             "threads": worker.threads_in_use if worker else None,
             "abort_latencies_s": list(worker.abort_latencies_s) if worker else [],
         }
+        out["tables"] = ls.table_sizes()  # per-request bookkeeping: must stay bounded
         return out
+
+    @server.feature(DOCUMENT_REQUEST)
+    def document_state(ls: SpecfillServer, params: Any) -> dict:
+        uri = params.get("uri") if isinstance(params, dict) else getattr(params, "uri", None)
+        doc = ls.documents.get(uri) if isinstance(uri, str) else None
+        return document_summary(doc)
 
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: SpecfillServer, params: Any) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +28,9 @@ class _Tally:
     k_sum: int = 0
     drafters: dict[str, dict[str, float]] = field(
         default_factory=lambda: defaultdict(lambda: {"drafted": 0, "accepted": 0, "rounds": 0}))
-    ttft_s: list[float] = field(default_factory=list)
-    itl_s: list[float] = field(default_factory=list)
+    # The newest samples only: a server that runs for weeks must not grow with every token.
+    ttft_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
+    itl_s: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
 
     def add(self, stats: Stats) -> None:
         self.generated_tokens += stats.generated_tokens

@@ -47,6 +47,7 @@ class EngineWorker:
         self._jobs: "queue.Queue[_Job | None]" = queue.Queue()
         self._active: dict[str, _Job] = {}
         self._lock = threading.Lock()
+        self._stopped = False
         self.engine = None
         self.ready = threading.Event()
         self.load_error: str | None = None
@@ -74,8 +75,13 @@ class EngineWorker:
                on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:
         job = _Job(request, asyncio.get_running_loop(), asyncio.Queue(), on_final=on_final)
         with self._lock:
+            if self._stopped:  # a reload replaced this worker: answer at once, never queue
+                job.abort.set()
+                job.events.put_nowait(Finished(request.id, "", (), Stats(stop_reason="aborted"),
+                                               "aborted"))
+                return self._stream(job)
             self._active[request.id] = job
-        self._jobs.put(job)
+            self._jobs.put(job)
         return self._stream(job)
 
     def abort(self, request_id: str) -> None:
@@ -91,11 +97,18 @@ class EngineWorker:
         self._threads = threads or None
 
     def stop(self) -> None:
+        """Abort every job, queued ones included (each still gets its Finished), and end
+        the thread after them."""
         with self._lock:
+            self._stopped = True
             jobs = list(self._active.values())
+            self._jobs.put(None)
         for job in jobs:
             job.abort.set()
-        self._jobs.put(None)
+
+    def active_jobs(self) -> int:
+        with self._lock:
+            return len(self._active)
 
     def is_idle(self) -> bool:
         return not self.busy.is_set() and self._jobs.empty()
@@ -124,7 +137,9 @@ class EngineWorker:
         while True:
             job = self._jobs.get()
             if job is None:
-                return
+                if self._jobs.empty():
+                    return
+                continue  # jobs queued before stop(): aborted, each answered below
             self.busy.set()
             try:
                 self._apply_threads()

@@ -115,7 +115,7 @@ def test_the_issue_s_examples_get_minus_32602(wire: WireClient):
 
 
 def test_envelope_errors_get_minus_32700_and_minus_32600(wire: WireClient):
-    errors_before = len([m for m in wire.messages if m.get("id") is None and "error" in m])
+    errors_before = len([m for m in wire.messages if "id" in m and m["id"] is None])
     wire.write(frame(b"{not json"))
     wire.write(frame(b"[1, 2]"))
     wire.write(frame(b"42"))
@@ -128,7 +128,7 @@ def test_envelope_errors_get_minus_32700_and_minus_32600(wire: WireClient):
     assert wire.wait_response("num-method")["error"]["code"] == -32600
     assert wire.wait_response("nomethod")["error"]["code"] == -32600
     _probe(wire, "envelope")
-    null_id = [m["error"]["code"] for m in wire.messages if m.get("id") is None and "error" in m]
+    null_id = [m["error"]["code"] for m in wire.messages if "id" in m and m["id"] is None]
     assert sorted(null_id[errors_before:]) == sorted([-32700, -32600, -32600, -32600, -32700])
 
 

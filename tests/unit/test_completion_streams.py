@@ -194,3 +194,23 @@ async def test_a_thread_count_change_applies_before_the_next_request_and_0_resto
         assert engine.seen[-1] == default
     finally:
         worker.stop()
+
+
+async def test_stopping_the_worker_answers_its_queued_jobs_and_later_submits_at_once():
+    worker = EngineWorker(lambda _p: ScriptedEngine(steps=400))
+    worker.start()
+    assert await worker.wait_ready(5)
+
+    async def final(n: int) -> Finished:
+        return [e async for e in worker.submit(CompletionRequest(f"q{n}", (1,), DraftPolicy()))][-1]
+
+    tasks = [asyncio.ensure_future(final(n)) for n in range(3)]
+    for _ in range(1000):
+        if worker.busy.is_set():
+            break
+        await asyncio.sleep(0.005)
+    worker.stop()  # what a model reload does to the old worker
+    done = await asyncio.wait_for(asyncio.gather(*tasks), 5)
+    assert [f.reason for f in done] == ["aborted"] * 3
+    late = await asyncio.wait_for(final(9), 1)
+    assert late.reason == "aborted"
