@@ -122,6 +122,7 @@ class CompletionService:
             ids: list = []
             task = asyncio.create_task(self._run(worker, prepared, cursor, ids))
             generation = self.inflight[cursor.uri] = Generation(cursor, task, ids)
+            task.add_done_callback(lambda _t, g=generation: self._forget(g))
         return await self._follow(generation, msg_id)
 
     async def _follow(self, generation: Generation, msg_id: Any) -> str | None:
@@ -136,8 +137,13 @@ class CompletionService:
                 generation.task.cancel()  # nobody waits for it any more
             raise
         finally:
-            if generation.task.done() and self.inflight.get(generation.cursor.uri) is generation:
-                del self.inflight[generation.cursor.uri]
+            if generation.task.done():
+                self._forget(generation)
+
+    def _forget(self, generation: Generation) -> None:
+        """Only running generations stay in `inflight` (it is bounded by the open documents)."""
+        if self.inflight.get(generation.cursor.uri) is generation:
+            del self.inflight[generation.cursor.uri]
 
     async def _run(self, worker: EngineWorker, prepared: Prepared, cursor: Cursor,
                    ids: list) -> str | None:
