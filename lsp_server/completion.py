@@ -169,7 +169,8 @@ class CompletionService:
         if final.reason == "error":
             self.stats.outcome(context, "error", final.stats)
             self._end_streams(cursor, ids, "")
-            self.tell_user(f"specfill: completion failed: {final.error}", key="completion-failed")
+            if not worker.failed:  # a failed worker is restarted, and that is what the user hears
+                self.tell_user(f"specfill: completion failed: {final.error}", key="completion-failed")
             return None
         text = clean(final.text, prepared.suffix)
         self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats,

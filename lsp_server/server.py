@@ -22,6 +22,7 @@ from lsp_server.protocol import (CONFIG_SECTION, DOCUMENT_REQUEST, STATS_REQUEST
                                  StreamUpdate, document_summary)
 from lsp_server.server_stats import ServerStats
 from lsp_server.user_messages import RateLimiter
+from lsp_server.worker_restarts import RestartBudget
 
 log = logging.getLogger(__name__)
 RuntimeFactory = Callable[[Config, Callable[[str], None]], Any]
@@ -39,6 +40,8 @@ class SpecfillServer(LanguageServer):
         self.stats = ServerStats()
         self.worker: EngineWorker | None = None
         self.popups = RateLimiter()
+        self.restarts = RestartBudget()
+        self.given_up_on: EngineWorker | None = None
         self.notes = RateLimiter()
         self.completions = CompletionService(
             self.documents, lambda: self.worker, lambda: self.config, self.send_stream,
@@ -62,6 +65,24 @@ class SpecfillServer(LanguageServer):
             return
         log.warning(message)
         self.window_show_message(lsp.ShowMessageParams(type=kind, message=message))
+
+    def recover_worker(self) -> None:
+        """A worker that failed (a kernel raised, its thread died) has answered its requests;
+        start a fresh one, a bounded number of times, and tell the user once each time."""
+        worker = self.worker
+        if worker is None or worker.failed is None or worker is self.given_up_on:
+            return
+        if self.restarts.allow():
+            self.tell_user(f"specfill: the engine failed ({worker.failed}); restarting it "
+                           f"({self.restarts.used} of {self.restarts.max_restarts}).",
+                           lsp.MessageType.Warning, key=f"engine-restart-{id(worker)}")
+            self.start_worker()
+        else:
+            self.given_up_on = worker
+            self.tell_user(f"specfill: the engine failed {self.restarts.max_restarts + 1} times "
+                           f"in {self.restarts.window_s / 60:.0f} minutes ({worker.failed}); "
+                           "completions are off until the server is restarted.",
+                           lsp.MessageType.Error, key="engine-gave-up")
 
     def table_sizes(self) -> dict[str, int]:
         worker = self.worker
@@ -201,7 +222,11 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
     ) -> lsp.InlineCompletionList:
         pos = params.position
         cursor = Cursor(params.text_document.uri, 0, pos.line, pos.character)
-        text = await ls.completions.complete(cursor, ls.encoding, ls.protocol.msg_id)
+        ls.recover_worker()
+        try:
+            text = await ls.completions.complete(cursor, ls.encoding, ls.protocol.msg_id)
+        finally:
+            ls.recover_worker()
         if not text:
             return lsp.InlineCompletionList(items=[])
         here = lsp.Range(start=pos, end=pos)

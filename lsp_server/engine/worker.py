@@ -48,6 +48,9 @@ class EngineWorker:
         self._active: dict[str, _Job] = {}
         self._lock = threading.Lock()
         self._stopped = False
+        # Why this worker stopped serving on its own (a kernel raised, the thread died): the
+        # engine's caches may be half-written, so the server starts a fresh worker.
+        self.failed: str | None = None
         self.engine = None
         self.ready = threading.Event()
         self.load_error: str | None = None
@@ -75,10 +78,11 @@ class EngineWorker:
                on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:
         job = _Job(request, asyncio.get_running_loop(), asyncio.Queue(), on_final=on_final)
         with self._lock:
-            if self._stopped:  # a reload replaced this worker: answer at once, never queue
+            if self._stopped:  # failed, or a reload replaced it: answer at once, never queue
                 job.abort.set()
-                job.events.put_nowait(Finished(request.id, "", (), Stats(stop_reason="aborted"),
-                                               "aborted"))
+                reason = "error" if self.failed else "aborted"
+                job.events.put_nowait(Finished(request.id, "", (), Stats(stop_reason=reason),
+                                               reason, error=self.failed))
                 return self._stream(job)
             self._active[request.id] = job
             self._jobs.put(job)
@@ -134,6 +138,18 @@ class EngineWorker:
         except Exception as exc:  # surfaced to the user by the server, not raised here
             log.exception("model loading failed")
             self.load_error = f"{type(exc).__name__}: {exc}"
+        try:
+            self._serve_jobs()
+        except BaseException as exc:  # the loop itself broke: answer everyone, then stop
+            log.error("engine worker died: %s\n%s", type(exc).__name__, traceback.format_exc())
+            self._fail(type(exc).__name__)
+            while not self._jobs.empty():
+                job = self._jobs.get_nowait()
+                if job is not None:
+                    job.loop.call_soon_threadsafe(job.events.put_nowait, Finished(
+                        job.request.id, "", (), Stats(stop_reason="error"), "error", error=self.failed))
+
+    def _serve_jobs(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
@@ -148,6 +164,13 @@ class EngineWorker:
                 with self._lock:
                     self._active.pop(job.request.id, None)
                 self.busy.clear()
+
+    def _fail(self, reason: str) -> None:
+        """Stop serving: the jobs still queued are answered at once (aborted)."""
+        with self._lock:
+            if self.failed is None:
+                self.failed = reason
+        self.stop()
 
     def _apply_threads(self) -> None:
         wanted = self._threads
@@ -181,5 +204,6 @@ class EngineWorker:
                     self.abort_latencies_s.append(time.perf_counter() - job.aborted_at)
         except Exception as exc:
             log.error("generation failed: %s", traceback.format_exc())
-            emit(Finished(job.request.id, "", (), Stats(stop_reason="error"), "error",
-                          error=f"{type(exc).__name__}: {exc}"))
+            error = f"{type(exc).__name__}: {exc}"
+            self._fail(error)  # before the answer, so whoever reads it sees `failed`
+            emit(Finished(job.request.id, "", (), Stats(stop_reason="error"), "error", error=error))

@@ -101,13 +101,19 @@ async def test_a_finished_generation_ends_its_stream_once_with_the_answer(make):
     assert [u.text for u in h.done_for(1)] == ["ab" * 5]
 
 
-async def test_an_engine_error_ends_the_stream_with_done_and_tells_the_user(make):
+async def test_an_engine_error_ends_the_stream_with_done_and_fails_the_worker(make):
     h = make(fail_after=3)
+    other = "file:///b.py"
+    h.documents.open(other, "python", 1, SOURCE)
+    queued = asyncio.ensure_future(h.service.complete(Cursor(other, 0, 1, 4), "utf-16", 8))
     assert await h.complete(7) is None
     done = h.done_for(7)
     assert len(done) == 1 and done[0].text == ""
-    assert any("completion failed: RuntimeError" in p for p in h.popups)
-    assert h.stats.totals.errors == 1
+    assert h.worker.failed == "RuntimeError: kernel exploded"
+    assert await asyncio.wait_for(queued, 2) is None  # queued behind it: answered at once
+    assert len(h.done_for(8)) == 1
+    assert h.popups == []  # the server's restart notice is the one message
+    assert h.stats.totals.errors >= 1
 
 
 async def test_a_cancelled_request_gets_one_done_and_its_engine_work_is_counted(make):
