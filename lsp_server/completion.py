@@ -102,7 +102,8 @@ class CompletionService:
         if not config.enabled or worker is None:
             return None
         if doc is None:
-            self.tell_user(f"specfill: {cursor.uri} is not open on the server; reopen the file.")
+            self.tell_user(f"specfill: {cursor.uri} is not open on the server; reopen the file.",
+                           key="not-open")
             return None
         if doc.problem:  # out of sync or too large: said once when it happened
             log.debug("no completion for %s: %s", cursor.uri, doc.problem)
@@ -111,7 +112,7 @@ class CompletionService:
             why = worker.load_error or f"models still loading after {config.readyTimeoutS:.0f} s"
             self.tell_user(f"specfill: no completion ({why}). "
                            + ("Check the model settings or run `specfill doctor`."
-                              if worker.load_error else "Try again in a moment."))
+                              if worker.load_error else "Try again in a moment."), key="not-ready")
             return None
         cursor = replace(cursor, version=doc.version)
         generation = self.inflight.get(cursor.uri)
