@@ -3,7 +3,7 @@ few keystrokes) on tiny models; RSS growth after warm-up and the per-request tab
 
     python -m tests.robustness.soak --changes 100000 --completions 10000
 
-The suite runs a shorter session (tests/robustness/test_soak.py); this is the full one."""
+tests/robustness/test_soak.py runs the same session inside the suite."""
 
 from __future__ import annotations
 
