@@ -9,17 +9,17 @@ import uuid
 from typing import Any, Callable
 
 from lsprotocol import types as lsp
-from pygls.lsp.server import LanguageServer
 from pygls.exceptions import FeatureRequestError, JsonRpcException
+from pygls.lsp.server import LanguageServer
 
 from lsp_server import __version__
 from lsp_server.completion import CompletionService, Cursor
 from lsp_server.config import Config, config_from_options, model_identity
 from lsp_server.documents import DocumentStore
 from lsp_server.engine.worker import EngineWorker
-from lsp_server.rpc_protocol import PARSE_ERROR, SpecfillProtocol
 from lsp_server.protocol import (CONFIG_SECTION, DOCUMENT_REQUEST, STATS_REQUEST, STREAM_NOTIFICATION,
                                  StreamUpdate, document_summary)
+from lsp_server.rpc_protocol import PARSE_ERROR, SpecfillProtocol
 from lsp_server.server_stats import ServerStats
 from lsp_server.user_messages import RateLimiter
 from lsp_server.worker_restarts import RestartBudget
