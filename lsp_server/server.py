@@ -51,6 +51,8 @@ class SpecfillServer(LanguageServer):
 
     @property
     def encoding(self) -> str:
+        if self.protocol._workspace is None:  # before initialize: LSP's default
+            return "utf-16"
         enc = self.workspace.position_encoding
         return str(getattr(enc, "value", enc) or "utf-16")
 

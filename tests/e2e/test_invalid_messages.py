@@ -178,3 +178,21 @@ def test_after_shutdown_requests_get_minus_32600_and_exit_ends_the_process():
         assert all(n == 1 for n in client.responses.values())
     finally:
         client.close()
+
+
+def test_documents_and_requests_before_initialize_are_handled_not_errors():
+    client = WireClient()
+    try:
+        client.notify("textDocument/didOpen", {"textDocument": {
+            "uri": URI, "languageId": "python", "version": 1, "text": "x = 1\n"}})
+        client.notify("textDocument/didChange", {"textDocument": {"uri": URI, "version": 2},
+                                                 "contentChanges": [{"text": "y = 2\n"}]})
+        early = client.call("early", "textDocument/inlineCompletion", {
+            "textDocument": {"uri": URI}, "position": {"line": 0, "character": 0},
+            "context": {"triggerKind": 1}})
+        assert early["result"] == {"items": []}  # no engine yet: nothing to offer, no error
+        state = client.call("doc", "specfill/document", {"uri": URI})["result"]
+        assert state["version"] == 2 and state["inSync"]
+        assert client.notifications("window/showMessage") == []
+    finally:
+        client.close()
