@@ -33,13 +33,20 @@ editor-deps: ## install what the editor clients and their tests need (apt, npm)
 editors: editor-deps ## build the VS Code extension (.vsix)
 	cd editors/vscode && npm run --silent package
 
-test: setup models editors ## all tests: unit, end-to-end, real models, real editors
+test: setup models editors ## all tests: unit, end-to-end, robustness, real models, real editors
 	$(PYTEST) tests/unit tests/e2e -q
+	$(PYTEST) tests/robustness -q
 	$(PYTEST) tests/slow -q
 	$(PYTEST) tests/editors -q
 
 test-fast: setup ## unit and end-to-end tests on tiny models (about a minute)
 	$(PYTEST) tests/unit tests/e2e -q
+
+test-robustness: setup ## hostile client on tiny models: fuzz, edits, cancel storm, starvation, soak (~3 min)
+	$(PYTEST) tests/robustness -q
+
+soak: setup ## the full soak: 100,000 didChange + 10,000 completions on tiny models (~5 min)
+	$(BIN)/python -m tests.robustness.soak --changes 100000 --completions 10000 --out $(OUT)/soak.json
 
 test-slow: models ## the real default pair: lossless decoding, the server end to end
 	$(PYTEST) tests/slow -q
@@ -66,4 +73,4 @@ bench-peers: models ## specfill vs llama.cpp on the same GGUF files (builds llam
 clean: ## remove build outputs (keeps .venv and the model cache)
 	rm -rf build dist *.egg-info editors/vscode/dist editors/vscode/*.vsix .pytest_cache
 
-.PHONY: help setup models demo editor-deps editors test test-fast test-slow test-editors bench bench-lsp bench-policy bench-bound bench-peers clean
+.PHONY: help setup models demo editor-deps editors test test-fast test-robustness soak test-slow test-editors bench bench-lsp bench-policy bench-bound bench-peers clean

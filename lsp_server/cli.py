@@ -11,19 +11,45 @@ from lsp_server import __version__
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from lsp_server.rpc_protocol import quiet_pygls
     from lsp_server.server import create_server
 
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()), stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        **({"filename": args.log_file} if args.log_file else {}))
+    level = getattr(logging, args.log_level.upper())
+    # stderr is the editor's output panel; --log-file moves the log out of it.
+    output = {"filename": args.log_file} if args.log_file else {"stream": sys.stderr}
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        **output)
+    quiet_pygls(level)
     server = create_server()
     if args.tcp:
-        host, _, port = args.tcp.rpartition(":")
-        server.start_tcp(host or "127.0.0.1", int(port))
+        try:
+            host, port = tcp_address(args.tcp, args.allow_remote)
+        except ValueError as exc:
+            print(f"specfill serve: {exc}", file=sys.stderr)
+            return 2
+        server.start_tcp(host, port)
     else:
         server.start_io()
     return 0
+
+
+def tcp_address(spec: str, allow_remote: bool = False) -> tuple[str, int]:
+    """`[HOST:]PORT` -> (host, port). The server has no authentication and reads files the
+    client names, so only loopback is allowed unless the user says otherwise."""
+    import ipaddress
+
+    host, _, port = spec.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--tcp wants [HOST:]PORT with a port from 1 to 65535, got {spec!r}")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not allow_remote:
+        raise ValueError(f"--tcp {spec}: {host} is not a loopback address, and anyone who can "
+                         "reach it could use this server; add --allow-remote if you mean it")
+    return host, int(port)
 
 
 def _complete(args: argparse.Namespace) -> int:
@@ -51,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     serve.add_argument("--stdio", action="store_true", help="accepted for clients that add it")
     serve.add_argument("--tcp", metavar="[HOST:]PORT", help="listen on TCP (127.0.0.1 by default)")
+    serve.add_argument("--allow-remote", action="store_true",
+                       help="let --tcp bind an address other than loopback (no authentication!)")
     serve.add_argument("--log-file", help="write logs here instead of stderr")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.set_defaults(func=_serve)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from lsp_server.config import Config
@@ -48,7 +48,9 @@ class Prepared:
 class Generation:
     cursor: Cursor
     task: asyncio.Task
-    subscribers: int = 0
+    # JSON-RPC ids of the requests waiting on it, each streamed to under its own id; an id
+    # leaves the list when its stream has had its done:true.
+    request_ids: list = field(default_factory=list)
 
 
 def clean(text: str, suffix: str) -> str:
@@ -72,8 +74,10 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtim
     request = CompletionRequest(
         f"{cursor.uri}#{next(_ids)}", tuple(prompt.ids), policy, config.temperature, config.topP,
         heal=prompt.heal)
+    # The user's code stays out of the log unless they asked for debug.
     log.info("completion %s at %d:%d: %s, %d prompt tokens", request.id, cursor.line,
-             cursor.character, describe(context), len(prompt.ids))
+             cursor.character, describe(context, log.isEnabledFor(logging.DEBUG)),
+             len(prompt.ids))
     return Prepared(request, context, suffix)
 
 
@@ -81,7 +85,7 @@ class CompletionService:
     def __init__(
         self, documents: DocumentStore, worker_ref: Callable[[], EngineWorker | None],
         config_ref: Callable[[], Config], notify: Callable[[str, Any], None],
-        tell_user: Callable[[str], None], stats: ServerStats,
+        tell_user: Callable[..., None], stats: ServerStats,
     ):
         self.documents = documents
         self.worker_ref = worker_ref
@@ -98,13 +102,17 @@ class CompletionService:
         if not config.enabled or worker is None:
             return None
         if doc is None:
-            self.tell_user(f"specfill: {cursor.uri} is not open on the server; reopen the file.")
+            self.tell_user(f"specfill: {cursor.uri} is not open on the server; reopen the file.",
+                           key="not-open")
+            return None
+        if doc.problem:  # out of sync or too large: said once when it happened
+            log.debug("no completion for %s: %s", cursor.uri, doc.problem)
             return None
         if not await worker.wait_ready(config.readyTimeoutS):
             why = worker.load_error or f"models still loading after {config.readyTimeoutS:.0f} s"
             self.tell_user(f"specfill: no completion ({why}). "
                            + ("Check the model settings or run `specfill doctor`."
-                              if worker.load_error else "Try again in a moment."))
+                              if worker.load_error else "Try again in a moment."), key="not-ready")
             return None
         cursor = replace(cursor, version=doc.version)
         generation = self.inflight.get(cursor.uri)
@@ -112,53 +120,74 @@ class CompletionService:
             if generation is not None:
                 generation.task.cancel()  # superseded: the client moved on
             prepared = prepare(doc, cursor, encoding, config, worker.engine)
-            task = asyncio.create_task(self._run(worker, prepared, cursor, msg_id))
-            generation = self.inflight[cursor.uri] = Generation(cursor, task)
-        return await self._follow(generation)
+            ids: list = []
+            task = asyncio.create_task(self._run(worker, prepared, cursor, ids))
+            generation = self.inflight[cursor.uri] = Generation(cursor, task, ids)
+            task.add_done_callback(lambda _t, g=generation: self._forget(g))
+        return await self._follow(generation, msg_id)
 
-    async def _follow(self, generation: Generation) -> str | None:
-        generation.subscribers += 1
+    async def _follow(self, generation: Generation, msg_id: Any) -> str | None:
+        generation.request_ids.append(msg_id)
         try:
             return await asyncio.shield(generation.task)
         except asyncio.CancelledError:
-            generation.subscribers -= 1
-            if generation.subscribers <= 0:
+            if msg_id in generation.request_ids:  # its stream has not ended yet
+                generation.request_ids.remove(msg_id)
+                self._stream(generation.cursor, [msg_id], "", done=True)
+            if not generation.request_ids:
                 generation.task.cancel()  # nobody waits for it any more
             raise
         finally:
-            if generation.task.done() and self.inflight.get(generation.cursor.uri) is generation:
-                del self.inflight[generation.cursor.uri]
+            if generation.task.done():
+                self._forget(generation)
+
+    def _forget(self, generation: Generation) -> None:
+        """Only running generations stay in `inflight` (it is bounded by the open documents)."""
+        if self.inflight.get(generation.cursor.uri) is generation:
+            del self.inflight[generation.cursor.uri]
 
     async def _run(self, worker: EngineWorker, prepared: Prepared, cursor: Cursor,
-                   msg_id: Any) -> str | None:
+                   ids: list) -> str | None:
         context = prepared.context.kind.value
         self.stats.request(context)
         shown = ""
         try:
             final: Finished | None = None
-            async for event in worker.submit(prepared.request):
+            on_final = lambda event: self.stats.work(context, event.stats)  # noqa: E731
+            async for event in worker.submit(prepared.request, on_final):
                 if isinstance(event, TextDelta):
                     text = clean(event.text, prepared.suffix)
                     if text != shown and text.strip():
                         shown = text
-                        self._stream(cursor, msg_id, text, done=False)
+                        self._stream(cursor, ids, text, done=False)
                 elif isinstance(event, Finished):
                     final = event
         except asyncio.CancelledError:
             self.stats.outcome(context, "cancelled")
+            self._end_streams(cursor, ids, "")
             raise
         assert final is not None
         if final.reason == "error":
             self.stats.outcome(context, "error", final.stats)
-            self.tell_user(f"specfill: completion failed: {final.error}")
+            self._end_streams(cursor, ids, "")
+            if not worker.failed:  # a failed worker is restarted, and that is what the user hears
+                self.tell_user(f"specfill: completion failed: {final.error}", key="completion-failed")
             return None
         text = clean(final.text, prepared.suffix)
-        self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats, msg_id)
-        self._stream(cursor, msg_id, text, done=True)
+        self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats,
+                           ids[0] if ids else None)
+        self._end_streams(cursor, ids, text)
         return text if text.strip() else None
 
-    def _stream(self, cursor: Cursor, msg_id: Any, text: str, done: bool) -> None:
-        update = StreamUpdate(cursor.uri, cursor.version,
-                              {"line": cursor.line, "character": cursor.character},
-                              msg_id, text, done)
-        self.notify(update)
+    def _end_streams(self, cursor: Cursor, ids: list, text: str) -> None:
+        """done:true to every request still following, whatever the outcome."""
+        ended = list(ids)
+        ids.clear()
+        self._stream(cursor, ended, text, done=True)
+
+    def _stream(self, cursor: Cursor, ids: list, text: str, done: bool) -> None:
+        for msg_id in list(ids):
+            update = StreamUpdate(cursor.uri, cursor.version,
+                                  {"line": cursor.line, "character": cursor.character},
+                                  msg_id, text, done)
+            self.notify(update)

@@ -2,7 +2,7 @@
 
 `initializationOptions` and `workspace/didChangeConfiguration` carry the same nested
 shape (camelCase keys, as editors write settings). A bad value never stops the server:
-it is reported and replaced by its default.
+it is reported and the value in force is kept (the default, at initialize).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ class Config:
     temperature: float = 0.0
     topP: float = 1.0
     readyTimeoutS: float = 120.0  # how long an early request waits for the models
+    maxDocumentMB: float = 8.0  # larger documents get no completions (and are not kept)
     enabled: bool = True
 
 
@@ -83,6 +84,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "temperature": (0.0, 5.0),
     "topP": (0.01, 1.0),
     "readyTimeoutS": (0.0, 3600.0),
+    "maxDocumentMB": (0.001, 1024.0),
 }
 
 
@@ -140,7 +142,8 @@ def _merge(obj: Any, data: Any, prefix: str, errors: list[str]) -> Any:
             continue
         problem = _check(path, current, value)
         if problem:
-            errors.append(f"{problem}; using the default {current!r}")
+            # `obj` is the config in force (the defaults at initialize): keep its value
+            errors.append(f"{problem}; keeping {current!r}")
         else:
             changes[key] = float(value) if isinstance(current, float) else value
     return replace(obj, **changes)

@@ -104,6 +104,33 @@ def position_to_offset(
     return start + _index_for_units(text[start:end], max(character, 0), encoding)
 
 
+def exact_offset(text: str, line: int, character: int, encoding: PositionEncoding = "utf-16") -> int | None:
+    """str index of an LSP position that lies inside `text` (its very end included) on a
+    character boundary; None for anything else. Edits are checked with this, not clamped:
+    a client that sends a range past our text or inside a character has a different buffer."""
+    if line < 0 or character < 0:
+        return None
+    if line == 0:
+        start = 0
+    else:
+        eol = next(islice(_EOL.finditer(text), line - 1, None), None)
+        if eol is None:
+            return None
+        start = eol.end()
+    _, end = line_bounds_from(text, start)
+    line_text = text[start:end]
+    if encoding == "utf-32" or line_text.isascii():
+        return start + character if character <= len(line_text) else None
+    used = 0
+    for index, ch in enumerate(line_text):
+        if used == character:
+            return start + index
+        used += _char_units(ch, encoding)
+        if used > character:
+            return None  # half a surrogate pair, or inside a UTF-8 sequence
+    return start + len(line_text) if used == character else None
+
+
 def offset_to_position(text: str, offset: int, encoding: PositionEncoding = "utf-16") -> Position:
     """LSP position of a str index (clamped into the text). An index between the \\r and \\n of
     one line break maps to the end of that line."""
@@ -210,6 +237,9 @@ class Document:
     parser: Parser | None = field(default=None, repr=False)
     source: bytes = field(init=False, repr=False)
     tree: Tree | None = field(init=False, default=None, repr=False)
+    # Why the text cannot be trusted (out of sync, too large), None when it can: no
+    # completions until a didOpen or a full-text change brings it back.
+    problem: str | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.source = utf8(self.text)
@@ -274,6 +304,7 @@ class ChangeOutcome:
     document: Document | None
     warning: str | None = None
     error: str | None = None
+    problem: str | None = None  # this change made the document untrustworthy (see Document)
 
     @property
     def ok(self) -> bool:
@@ -283,13 +314,24 @@ class ChangeOutcome:
 class DocumentStore:
     """Open documents by URI. Never raises on client mistakes; reports them instead."""
 
-    def __init__(self, parser_factory: Callable[[str], Parser | None] = make_parser) -> None:
+    def __init__(self, parser_factory: Callable[[str], Parser | None] = make_parser,
+                 max_bytes: int = 8 * 2**20) -> None:
         self._parser_factory = parser_factory
         self._documents: dict[str, Document] = {}
+        self.max_bytes = max_bytes
+
+    def _too_large(self, size: int) -> str:
+        return f"larger than the limit of {self.max_bytes / 2**20:g} MB ({size / 2**20:.1f} MB)"
 
     def open(self, uri: str, language_id: str, version: int, text: str) -> Document:
-        """didOpen. Re-opening a URI replaces its document."""
-        document = Document(uri, language_id, version, text, self._parser_factory(language_id))
+        """didOpen. Re-opening a URI replaces its document. A document over `max_bytes` is
+        kept empty, with its `problem` saying so."""
+        size = len(utf8(text))
+        too_large = size > self.max_bytes
+        document = Document(uri, language_id, version, "" if too_large else text,
+                            None if too_large else self._parser_factory(language_id))
+        if too_large:
+            document.problem = self._too_large(size)
         self._documents[uri] = document
         return document
 
@@ -321,11 +363,42 @@ class DocumentStore:
                 f"didChange for {uri} has version {version}, not newer than {document.version}; "
                 "applied anyway."
             )
-        for change in parsed:
-            document.apply_change(change.span, change.text, encoding)
+        problem = self._apply(document, parsed, encoding)
         if version is not None:
             document.version = version
-        return ChangeOutcome(document, warning=warning)
+        return ChangeOutcome(document, warning=warning, problem=problem)
+
+    def _apply(self, document: Document, changes: list[TextChange], encoding: PositionEncoding
+               ) -> str | None:
+        """Apply what can be trusted; returns the problem this call introduced, if any."""
+        introduced = None
+        for change in changes:
+            if change.span is None:  # a full text: back in sync, if it fits
+                size = len(utf8(change.text))
+                if size > self.max_bytes:
+                    document.apply_change(None, "")
+                    document.problem = introduced = self._too_large(size)
+                else:
+                    document.apply_change(None, change.text)
+                    document.problem = None
+                continue
+            if document.problem is not None:
+                continue  # nothing to apply an edit to until a full text arrives
+            (start_line, start_char), (end_line, end_char) = change.span
+            start = exact_offset(document.text, start_line, start_char, encoding)
+            end = exact_offset(document.text, end_line, end_char, encoding)
+            if start is None or end is None or start > end:
+                what = "reversed" if start is not None and end is not None else "outside the text"
+                document.problem = introduced = (
+                    f"out of sync: an edit range {change.span} is {what} "
+                    f"({document.text.count(chr(10)) + 1} lines)")
+                continue
+            document.apply_change(change.span, change.text, encoding)
+            if len(document.source) > self.max_bytes:
+                size = len(document.source)
+                document.apply_change(None, "")
+                document.problem = introduced = self._too_large(size)
+        return introduced
 
     def close(self, uri: str) -> bool:
         """didClose; False when the URI was not open."""

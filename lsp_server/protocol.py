@@ -9,11 +9,15 @@ uri + version + position. Clients that ignore the notification still get the ans
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
 STREAM_NOTIFICATION = "specfill/streamCompletion"
 STATS_REQUEST = "specfill/stats"
+# {"uri": ...} -> what the server holds for it, as a hash (never the text): lets a client
+# or a test check that both sides have the same document.
+DOCUMENT_REQUEST = "specfill/document"
 CONFIG_SECTION = "specfill"
 
 
@@ -28,3 +32,11 @@ class StreamUpdate:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def document_summary(doc: Any) -> dict[str, Any]:
+    """`specfill/document`'s answer for a `documents.Document` (or None when not open)."""
+    if doc is None:
+        return {"open": False}
+    return {"open": True, "version": doc.version, "sha256": hashlib.sha256(doc.source).hexdigest(),
+            "bytes": len(doc.source), "inSync": doc.problem is None, "problem": doc.problem}

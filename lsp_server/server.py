@@ -9,28 +9,23 @@ import uuid
 from typing import Any, Callable
 
 from lsprotocol import types as lsp
+from pygls.exceptions import FeatureRequestError, JsonRpcException
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 
 from lsp_server import __version__
 from lsp_server.completion import CompletionService, Cursor
 from lsp_server.config import Config, config_from_options, model_identity
 from lsp_server.documents import DocumentStore
 from lsp_server.engine.worker import EngineWorker
-from lsp_server.protocol import CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION, StreamUpdate
+from lsp_server.protocol import (CONFIG_SECTION, DOCUMENT_REQUEST, STATS_REQUEST, STREAM_NOTIFICATION,
+                                 StreamUpdate, document_summary)
+from lsp_server.rpc_protocol import PARSE_ERROR, SpecfillProtocol
 from lsp_server.server_stats import ServerStats
+from lsp_server.user_messages import RateLimiter
+from lsp_server.worker_restarts import RestartBudget
 
 log = logging.getLogger(__name__)
 RuntimeFactory = Callable[[Config, Callable[[str], None]], Any]
-
-
-class SpecfillProtocol(LanguageServerProtocol):
-    def structure_message(self, data: dict) -> Any:
-        # JSON-RPC lets a request omit `params` (`specfill/stats` has none); pygls's
-        # generic message type for custom methods insists on the field.
-        if "method" in data and "params" not in data:
-            data = {**data, "params": None}
-        return super().structure_message(data)
 
 
 class SpecfillServer(LanguageServer):
@@ -44,6 +39,10 @@ class SpecfillServer(LanguageServer):
         self.documents = DocumentStore()
         self.stats = ServerStats()
         self.worker: EngineWorker | None = None
+        self.popups = RateLimiter()
+        self.restarts = RestartBudget()
+        self.given_up_on: EngineWorker | None = None
+        self.notes = RateLimiter()
         self.completions = CompletionService(
             self.documents, lambda: self.worker, lambda: self.config, self.send_stream,
             self.tell_user, self.stats)
@@ -52,22 +51,81 @@ class SpecfillServer(LanguageServer):
 
     @property
     def encoding(self) -> str:
+        if self.protocol._workspace is None:  # before initialize: LSP's default
+            return "utf-16"
         enc = self.workspace.position_encoding
         return str(getattr(enc, "value", enc) or "utf-16")
 
     def send_stream(self, update: StreamUpdate) -> None:
         self.protocol.notify(STREAM_NOTIFICATION, update.to_json())
 
-    def tell_user(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning) -> None:
+    def tell_user(self, message: str, kind: lsp.MessageType = lsp.MessageType.Warning,
+                  key: str | None = None) -> None:
+        """A popup, at most one per `key` (default: the message itself) per minute."""
+        if not self.popups.allow(key or message):
+            log.debug("not shown again within a minute: %s", message)
+            return
         log.warning(message)
         self.window_show_message(lsp.ShowMessageParams(type=kind, message=message))
+
+    def recover_worker(self) -> None:
+        """A worker that failed (a kernel raised, its thread died) has answered its requests;
+        start a fresh one, a bounded number of times, and tell the user once each time."""
+        worker = self.worker
+        if worker is None or worker.failed is None or worker is self.given_up_on:
+            return
+        if self.restarts.allow():
+            self.tell_user(f"specfill: the engine failed ({worker.failed}); restarting it "
+                           f"({self.restarts.used} of {self.restarts.max_restarts}).",
+                           lsp.MessageType.Warning, key=f"engine-restart-{id(worker)}")
+            self.start_worker()
+        else:
+            self.given_up_on = worker
+            self.tell_user(f"specfill: the engine failed {self.restarts.max_restarts + 1} times "
+                           f"in {self.restarts.window_s / 60:.0f} minutes ({worker.failed}); "
+                           "completions are off until the server is restarted.",
+                           lsp.MessageType.Error, key="engine-gave-up")
+
+    def table_sizes(self) -> dict[str, int]:
+        worker = self.worker
+        return {
+            "pygls_request_futures": len(self.protocol._request_futures),
+            "pygls_result_types": len(self.protocol._result_types),
+            "inflight_generations": len(self.completions.inflight),
+            "worker_active_jobs": worker.active_jobs() if worker else 0,
+            "documents": len(self.documents),
+        }
+
+    def log_once(self, message: str, key: str) -> None:
+        """A client's protocol mistake: one log line per `key` a minute, never a popup."""
+        if self.notes.allow(key):
+            log.warning(message)
+        else:
+            log.debug(message)
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """pygls' out-of-band errors. Its default shows "Error in server: <exception text>";
+        here the text stays out (it can quote the document) and bodies that are not JSON
+        are answered -32700, as JSON-RPC asks."""
+        if source is FeatureRequestError:
+            return  # already answered by the protocol
+        if source is JsonRpcException and isinstance(error, (ValueError, RecursionError)):
+            log.warning("answered %s: the message body is not JSON (%s)", PARSE_ERROR,
+                        type(error).__name__)
+            self.protocol.send_error(None, PARSE_ERROR, "Parse error: the message body is not JSON")
+            return
+        self.tell_user(f"specfill: internal error ({type(error).__name__}); the server log "
+                       "has the details.", lsp.MessageType.Error, key="internal-error")
 
     def apply_settings(self, options: Any) -> None:
         new, problems = config_from_options(options, self.config)
         for problem in problems:
             self.tell_user(f"specfill: {problem}")
         reload = self.worker is not None and model_identity(new) != model_identity(self.config)
+        if self.worker is not None and new.model.threads != self.config.model.threads:
+            self.worker.set_threads(new.model.threads)  # applied before the next request
         self.config = new
+        self.documents.max_bytes = int(new.maxDocumentMB * 2**20)
         if reload:
             self.tell_user("specfill: model settings changed; reloading the models.",
                            lsp.MessageType.Info)
@@ -121,21 +179,33 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
 
     @server.feature(lsp.INITIALIZED)
     def initialized(ls: SpecfillServer, params: lsp.InitializedParams) -> None:
-        ls.start_worker()
+        if ls.worker is None:  # a second `initialized` must not reload the models
+            ls.start_worker()
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: SpecfillServer, params: lsp.DidOpenTextDocumentParams) -> None:
         d = params.text_document
-        ls.documents.open(d.uri, d.language_id, d.version, d.text)
+        language = d.language_id if isinstance(d.language_id, str) else ""  # lsprotocol lets ints by
+        doc = ls.documents.open(d.uri, language, d.version, d.text)
+        if doc.problem:
+            ls.log_once(f"no completions for {d.uri}: it is {doc.problem} (setting "
+                        "maxDocumentMB)", key=f"too-large {d.uri}")
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> None:
         d = params.text_document
         outcome = ls.documents.change(d.uri, d.version, params.content_changes, ls.encoding)
         if outcome.error:
-            ls.tell_user(f"specfill: {outcome.error}")
-        elif outcome.warning:
+            ls.log_once(outcome.error, key="bad-change")
+            return
+        if outcome.warning:
             log.warning(outcome.warning)
+        if outcome.problem and outcome.problem.startswith("out of sync"):
+            # one line, no text; completions resume at the next didOpen or full-text change
+            log.warning("%s is %s; no completions until it is reopened", d.uri, outcome.problem)
+        elif outcome.problem:
+            ls.log_once(f"no completions for {d.uri}: it is {outcome.problem} (setting "
+                        "maxDocumentMB)", key=f"too-large {d.uri}")
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpecfillServer, params: lsp.DidCloseTextDocumentParams) -> None:
@@ -154,7 +224,11 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
     ) -> lsp.InlineCompletionList:
         pos = params.position
         cursor = Cursor(params.text_document.uri, 0, pos.line, pos.character)
-        text = await ls.completions.complete(cursor, ls.encoding, ls.protocol.msg_id)
+        ls.recover_worker()
+        try:
+            text = await ls.completions.complete(cursor, ls.encoding, ls.protocol.msg_id)
+        finally:
+            ls.recover_worker()
         if not text:
             return lsp.InlineCompletionList(items=[])
         here = lsp.Range(start=pos, end=pos)
@@ -170,9 +244,17 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
             "ready": bool(worker and worker.ready.is_set()),
             "idle": bool(worker is None or worker.is_idle()),
             "load_error": worker.load_error if worker else None,
+            "threads": worker.threads_in_use if worker else None,
             "abort_latencies_s": list(worker.abort_latencies_s) if worker else [],
         }
+        out["tables"] = ls.table_sizes()  # per-request bookkeeping: must stay bounded
         return out
+
+    @server.feature(DOCUMENT_REQUEST)
+    def document_state(ls: SpecfillServer, params: Any) -> dict:
+        uri = params.get("uri") if isinstance(params, dict) else getattr(params, "uri", None)
+        doc = ls.documents.get(uri) if isinstance(uri, str) else None
+        return document_summary(doc)
 
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: SpecfillServer, params: Any) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,8 +28,9 @@ class _Tally:
     k_sum: int = 0
     drafters: dict[str, dict[str, float]] = field(
         default_factory=lambda: defaultdict(lambda: {"drafted": 0, "accepted": 0, "rounds": 0}))
-    ttft_s: list[float] = field(default_factory=list)
-    itl_s: list[float] = field(default_factory=list)
+    # The newest samples only: a server that runs for weeks must not grow with every token.
+    ttft_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
+    itl_s: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
 
     def add(self, stats: Stats) -> None:
         self.generated_tokens += stats.generated_tokens
@@ -83,9 +84,15 @@ class ServerStats:
         self.totals.requests += 1
         self.by_context[context].requests += 1
 
+    def work(self, context: str, stats: Stats) -> None:
+        """What the engine did for one request, whatever its outcome (cancelled ones too)."""
+        for tally in (self.totals, self.by_context[context]):
+            tally.add(stats)
+
     def outcome(self, context: str, kind: str, stats: Stats | None = None,
                 request_id: Any = None) -> None:
-        """kind: completion | empty | cancelled | error"""
+        """kind: completion | empty | cancelled | error. `stats` only becomes `last`; the
+        engine work is counted by `work`."""
         for tally in (self.totals, self.by_context[context]):
             if kind == "completion":
                 tally.completions += 1
@@ -95,8 +102,6 @@ class ServerStats:
                 tally.cancelled += 1
             else:
                 tally.errors += 1
-            if stats is not None:
-                tally.add(stats)
         if stats is not None and kind in ("completion", "empty"):
             self.last = {"context": context, "request_id": request_id, **stats.to_dict()}
 

@@ -32,15 +32,25 @@ class _Job:
     events: asyncio.Queue
     abort: threading.Event = field(default_factory=threading.Event)
     aborted_at: float | None = None
+    # Called on the loop with the final event, before the stream sees it, even when the
+    # consumer left early: the engine work of cancelled requests is counted too.
+    on_final: Callable[[Finished], None] | None = None
 
 
 class EngineWorker:
     def __init__(self, factory: EngineFactory, threads: int | None = None):
         self._factory = factory
         self._threads = threads
+        self._applied_threads: int | None = None
+        self.threads_in_use: int | None = None  # torch's count on the worker thread, once set
+        self._default_threads: int | None = None
         self._jobs: "queue.Queue[_Job | None]" = queue.Queue()
         self._active: dict[str, _Job] = {}
         self._lock = threading.Lock()
+        self._stopped = False
+        # Why this worker stopped serving on its own (a kernel raised, the thread died): the
+        # engine's caches may be half-written, so the server starts a fresh worker.
+        self.failed: str | None = None
         self.engine = None
         self.ready = threading.Event()
         self.load_error: str | None = None
@@ -64,11 +74,18 @@ class EngineWorker:
             await asyncio.sleep(0.05)
         return self.ready.is_set()
 
-    def submit(self, request: CompletionRequest) -> AsyncIterator[EngineEvent]:
-        job = _Job(request, asyncio.get_running_loop(), asyncio.Queue())
+    def submit(self, request: CompletionRequest,
+               on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:
+        job = _Job(request, asyncio.get_running_loop(), asyncio.Queue(), on_final=on_final)
         with self._lock:
+            if self._stopped:  # failed, or a reload replaced it: answer at once, never queue
+                job.abort.set()
+                reason = "error" if self.failed else "aborted"
+                job.events.put_nowait(Finished(request.id, "", (), Stats(stop_reason=reason),
+                                               reason, error=self.failed))
+                return self._stream(job)
             self._active[request.id] = job
-        self._jobs.put(job)
+            self._jobs.put(job)
         return self._stream(job)
 
     def abort(self, request_id: str) -> None:
@@ -78,12 +95,24 @@ class EngineWorker:
             job.aborted_at = time.perf_counter()
             job.abort.set()
 
+    def set_threads(self, threads: int | None) -> None:
+        """torch's CPU thread count (None or 0: torch's own default), applied on the worker
+        thread before its next request; no reload needed."""
+        self._threads = threads or None
+
     def stop(self) -> None:
+        """Abort every job, queued ones included (each still gets its Finished), and end
+        the thread after them."""
         with self._lock:
+            self._stopped = True
             jobs = list(self._active.values())
+            self._jobs.put(None)
         for job in jobs:
             job.abort.set()
-        self._jobs.put(None)
+
+    def active_jobs(self) -> int:
+        with self._lock:
+            return len(self._active)
 
     def is_idle(self) -> bool:
         return not self.busy.is_set() and self._jobs.empty()
@@ -103,29 +132,64 @@ class EngineWorker:
 
     def _run(self) -> None:
         try:
-            if self._threads:
-                import torch
-
-                torch.set_num_threads(self._threads)
+            self._apply_threads()
             self.engine = self._factory(self.load_progress.append)
             self.ready.set()
         except Exception as exc:  # surfaced to the user by the server, not raised here
             log.exception("model loading failed")
             self.load_error = f"{type(exc).__name__}: {exc}"
+        try:
+            self._serve_jobs()
+        except BaseException as exc:  # the loop itself broke: answer everyone, then stop
+            log.error("engine worker died: %s\n%s", type(exc).__name__, traceback.format_exc())
+            self._fail(type(exc).__name__)
+            while not self._jobs.empty():
+                job = self._jobs.get_nowait()
+                if job is not None:
+                    job.loop.call_soon_threadsafe(job.events.put_nowait, Finished(
+                        job.request.id, "", (), Stats(stop_reason="error"), "error", error=self.failed))
+
+    def _serve_jobs(self) -> None:
         while True:
             job = self._jobs.get()
             if job is None:
-                return
+                if self._jobs.empty():
+                    return
+                continue  # jobs queued before stop(): aborted, each answered below
             self.busy.set()
             try:
+                self._apply_threads()
                 self._serve(job)
             finally:
                 with self._lock:
                     self._active.pop(job.request.id, None)
                 self.busy.clear()
 
+    def _fail(self, reason: str) -> None:
+        """Stop serving: the jobs still queued are answered at once (aborted)."""
+        with self._lock:
+            if self.failed is None:
+                self.failed = reason
+        self.stop()
+
+    def _apply_threads(self) -> None:
+        wanted = self._threads
+        if wanted == self._applied_threads:
+            return
+        import torch
+
+        if self._default_threads is None:
+            self._default_threads = torch.get_num_threads()
+        torch.set_num_threads(wanted or self._default_threads)
+        self._applied_threads = wanted
+        self.threads_in_use = torch.get_num_threads()
+
     def _serve(self, job: _Job) -> None:
         def emit(event: EngineEvent) -> None:
+            if job.loop.is_closed():
+                return  # the server is gone; nobody is left to tell
+            if isinstance(event, Finished) and job.on_final is not None:
+                job.loop.call_soon_threadsafe(job.on_final, event)
             job.loop.call_soon_threadsafe(job.events.put_nowait, event)
 
         if job.abort.is_set() or self.engine is None:
@@ -140,5 +204,6 @@ class EngineWorker:
                     self.abort_latencies_s.append(time.perf_counter() - job.aborted_at)
         except Exception as exc:
             log.error("generation failed: %s", traceback.format_exc())
-            emit(Finished(job.request.id, "", (), Stats(stop_reason="error"), "error",
-                          error=f"{type(exc).__name__}: {exc}"))
+            error = f"{type(exc).__name__}: {exc}"
+            self._fail(error)  # before the answer, so whoever reads it sees `failed`
+            emit(Finished(job.request.id, "", (), Stats(stop_reason="error"), "error", error=error))

@@ -222,8 +222,10 @@ def load_weights(
                 str(source.path.parent), gguf_file=source.path.name, dtype=dtype
             )
         else:
+            # safetensors only: a pickled pytorch_model.bin can run code when loaded
             model = AutoModelForCausalLM.from_pretrained(
-                str(source.path), dtype=dtype, trust_remote_code=trust_remote_code
+                str(source.path), dtype=dtype, trust_remote_code=trust_remote_code,
+                use_safetensors=True,
             )
     except Exception as exc:  # safetensors, json and torch each raise their own types
         if isinstance(exc, (MemoryError, KeyboardInterrupt)):

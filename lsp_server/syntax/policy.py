@@ -112,10 +112,11 @@ def stop_rule(ctx: SyntaxContext, row: PolicyRow | None = None) -> StopRule:
     return StopRule(kind)
 
 
-def describe(ctx: SyntaxContext) -> str:
-    """One line for logs: `call_args python node=argument_list indent=4 block=0 ...`."""
+def describe(ctx: SyntaxContext, with_text: bool = True) -> str:
+    """One line for logs: `call_args python node=argument_list indent=4 block=0 ...`.
+    `with_text=False` leaves out the cursor line's text (the server's default log)."""
+    line = f" prefix={ctx.line_prefix[-40:]!r} suffix={ctx.line_suffix[:20]!r}" if with_text else ""
     return (
         f"{ctx.kind.value} {ctx.language} node={ctx.node_type} indent={ctx.line_indent} "
-        f"block={ctx.block_indent} depth={ctx.control_depth} ops={ctx.op_density:g} "
-        f"prefix={ctx.line_prefix[-40:]!r} suffix={ctx.line_suffix[:20]!r}"
+        f"block={ctx.block_indent} depth={ctx.control_depth} ops={ctx.op_density:g}{line}"
     )

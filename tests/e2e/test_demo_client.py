@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,7 @@ async def test_client_streams_a_completion_and_reads_the_stats(tiny_pair_dirs):
     async with SpecfillClient(tiny_options(*tiny_pair_dirs)) as client:
         assert client.init_result.capabilities.inline_completion_provider is not None
         ready = await client.wait_ready(60)
-        assert ready["engine"]["ready"] and isinstance(ready["totals"], dict)
+        assert ready["engine"]["ready"] and ready["totals"]["requests"] == 0
         client.open(URI, "python", PY_SOURCE)
         text, timings = await client.complete(URI, 11, 8)
         assert text.strip()
@@ -38,7 +39,9 @@ async def test_client_streams_a_completion_and_reads_the_stats(tiny_pair_dirs):
         s = await client.stats()
         assert s["last"]["generated_tokens"] >= 1
         assert s["last"]["prefilled_tokens"] == s["last"]["prompt_tokens"]  # first request: cold
-        assert isinstance(s["last"]["drafters"], dict)
+        drafters = s["last"]["drafters"].values()
+        assert sum(d["drafted"] for d in drafters) == s["last"]["drafted"]
+        assert all(0 <= d["accepted"] <= d["drafted"] for d in drafters)
         assert await client.wait_message("models ready")
     assert client.returncode == 0
 
@@ -58,7 +61,9 @@ async def test_client_edits_warm_the_cache_and_cancel_leaves_the_worker_idle(tin
 
         client.configure({"maxNewTokens": 4000})
         task = asyncio.ensure_future(client.complete(URI, 4, 4, msg_id="long-one"))
+        deadline = time.monotonic() + 20
         while not client.streams.get("long-one"):
+            assert time.monotonic() < deadline, "no stream notification within 20 s"
             await asyncio.sleep(0.01)
         client.cancel("long-one")
         with pytest.raises(JsonRpcRequestCancelled):

@@ -90,6 +90,14 @@ async def test_text_streams_before_the_final_answer(client: LanguageClient):
     assert partial[0][1].uri == URI and partial[0][1].position.line == 5
 
 
+async def wait_streamed(client: LanguageClient, timeout_s: float = 20.0) -> None:
+    """Until the first stream notification: fails instead of hanging."""
+    deadline = time.monotonic() + timeout_s
+    while not client.streamed:
+        assert time.monotonic() < deadline, f"no stream notification within {timeout_s} s"
+        await asyncio.sleep(0.01)
+
+
 def start_completion(client: LanguageClient, params, msg_id: str) -> asyncio.Future:
     """A request with our own id, so the test can send $/cancelRequest for it."""
     return asyncio.ensure_future(client.protocol.send_request_async(
@@ -103,18 +111,18 @@ def set_max_tokens(client: LanguageClient, n: int) -> None:
 
 async def test_cancel_request_answers_cancelled_and_the_worker_goes_idle(client: LanguageClient):
     set_max_tokens(client, 4000)
-    before = (await stats(client))["totals"]["cancelled"]
+    before = (await stats(client))["totals"]
     client.streamed.clear()
     task = start_completion(client, inline_params(11, 8), "cancel-me")
-    while not client.streamed:  # generation is under way
-        await asyncio.sleep(0.01)
+    await wait_streamed(client)  # generation is under way
     client.cancel_request(lsp.CancelParams(id="cancel-me"))
     with pytest.raises(JsonRpcRequestCancelled):
         await task
     s = await wait_idle(client)
     assert s["engine"]["idle"]
-    assert s["totals"]["cancelled"] == before + 1
-    assert s["totals"]["generated_tokens"] < 4000 + before * 4000
+    assert s["totals"]["cancelled"] == before["cancelled"] + 1
+    # the cancelled request's tokens are counted, and it stopped well short of its budget
+    assert 1 <= s["totals"]["generated_tokens"] - before["generated_tokens"] < 4000
     assert len(s["engine"]["abort_latencies_s"]) >= 1
     set_max_tokens(client, 48)
 
@@ -123,8 +131,7 @@ async def test_a_request_elsewhere_in_the_document_supersedes_the_running_one(cl
     set_max_tokens(client, 4000)
     client.streamed.clear()
     first = start_completion(client, inline_params(11, 8), "superseded")
-    while not client.streamed:
-        await asyncio.sleep(0.01)
+    await wait_streamed(client)
     set_max_tokens(client, 16)
     second = await client.text_document_inline_completion_async(inline_params(5, 18))
     with pytest.raises(JsonRpcRequestCancelled):

@@ -42,3 +42,30 @@ def test_doctor_without_decode_lists_versions_and_model_files(tmp_path):
 def test_complete_reports_a_missing_file_clearly(tmp_path):
     out = specfill("complete", str(tmp_path / "nope.py"), "--line", "0", "--col", "0")
     assert out.returncode == 2 and "no such file" in out.stderr
+
+
+@pytest.mark.parametrize("spec,allow,expected", [
+    ("9000", False, ("127.0.0.1", 9000)),
+    ("localhost:9000", False, ("localhost", 9000)),
+    ("[::1]:9000", False, ("::1", 9000)),
+    ("127.0.0.2:80", False, ("127.0.0.2", 80)),
+    ("0.0.0.0:9000", True, ("0.0.0.0", 9000)),
+])
+def test_tcp_binds_loopback_unless_remote_is_allowed(spec, allow, expected):
+    from lsp_server.cli import tcp_address
+
+    assert tcp_address(spec, allow) == expected
+
+
+@pytest.mark.parametrize("spec", ["0.0.0.0:9000", "192.168.1.5:9000", "example.com:9000", "x:0", "x:abc"])
+def test_tcp_refuses_other_addresses_without_allow_remote(spec):
+    from lsp_server.cli import tcp_address
+
+    with pytest.raises(ValueError):
+        tcp_address(spec)
+
+
+def test_serve_tcp_on_a_public_address_exits_with_a_clear_message():
+    result = specfill("serve", "--tcp", "0.0.0.0:0")
+    assert result.returncode == 2
+    assert "not a loopback address" in result.stderr or "port from 1" in result.stderr

@@ -60,3 +60,18 @@ def test_config_does_not_import_torch():
     code = "import sys, lsp_server.config, lsp_server.protocol; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_bad_change_keeps_the_value_in_force_and_says_so():
+    base, _ = config_from_options({"temperature": 0.2, "model": {"threads": 2}})
+    config, problems = config_from_options({"temperature": "hot", "model": {"threads": -3}}, base)
+    assert config.temperature == 0.2 and config.model.threads == 2
+    assert any("keeping 0.2" in p for p in problems) and any("keeping 2" in p for p in problems)
+    assert not any("default" in p for p in problems)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1e308, 10**30])
+def test_numbers_out_of_range_nan_and_infinity_are_refused(value):
+    config, problems = config_from_options({"topP": value, "maxDocumentMB": value})
+    assert config.topP == Config().topP and config.maxDocumentMB == Config().maxDocumentMB
+    assert len(problems) == 2

@@ -210,3 +210,19 @@ def test_identical_tokenizer_files_skip_loading_the_drafts_tokenizer(tmp_path, m
     (draft / "tokenizer_config.json").write_text((draft / "tokenizer_config.json").read_text() + " ")
     loader.load_pair(str(target), str(draft), dtype="fp32", device="cpu")
     assert loaded_from == [target, target, draft]
+
+
+def test_a_pickled_checkpoint_is_refused_safetensors_only(tmp_path):
+    from lsp_server.models.errors import ModelError
+    from lsp_server.models.loader import load_model
+    from tests.tiny_hf import tiny_causal_lm, tiny_tokenizer
+
+    model_dir = tmp_path / "pickled"
+    model = tiny_causal_lm(3, 300, 16, 1)
+    model.save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
+    for weights in model_dir.glob("*.safetensors"):  # the same weights, as a pickle
+        weights.unlink()
+    torch.save(model.state_dict(), model_dir / "pytorch_model.bin")
+    with pytest.raises(ModelError):
+        load_model(str(model_dir), dtype="fp32", device="cpu")

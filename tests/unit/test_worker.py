@@ -89,8 +89,11 @@ async def test_cancelling_the_consumer_aborts_the_engine_and_the_worker_goes_idl
             pass
 
     task = asyncio.create_task(consume())
-    while not worker.busy.is_set():
+    for _ in range(2000):  # up to 20 s, then fail rather than hang
+        if worker.busy.is_set():
+            break
         await asyncio.sleep(0.01)
+    assert worker.busy.is_set()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
