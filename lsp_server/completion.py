@@ -1,8 +1,8 @@
 """One inline completion, from cursor to cleaned text, and the generations in flight.
 
 The server's handler only calls `CompletionService.complete`. Here: build the request
-(syntax context -> policy, FIM prompt), run it on the worker, stream cleaned text to the
-client, and keep at most one generation per document: a request at the same
+(syntax context -> policy, FIM prompt), run it on the backend (the local engine or a
+remote server: `lsp_server.backends`), stream cleaned text to the client, and keep at most one generation per document: a request at the same
 (version, position) joins the running one, a request anywhere else supersedes it.
 """
 
@@ -14,10 +14,10 @@ import logging
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from lsp_server.backends.base import Backend, BackendRequest, PromptCodec
 from lsp_server.config import Config
 from lsp_server.documents import Document, DocumentStore
-from lsp_server.engine.types import CompletionRequest, Finished, TextDelta
-from lsp_server.engine.worker import EngineWorker
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, TextDelta
 from lsp_server.prompt import (ContextBudget, build_fim_prompt, strip_trailing_whitespace_lines,
                                trim_suffix_overlap)
 from lsp_server.protocol import StreamUpdate
@@ -39,7 +39,7 @@ class Cursor:
 
 @dataclass(frozen=True)
 class Prepared:
-    request: CompletionRequest
+    request: BackendRequest
     context: SyntaxContext
     suffix: str  # the document after the cursor: what a completion must not repeat
 
@@ -56,7 +56,13 @@ def clean(text: str, suffix: str) -> str:
     return strip_trailing_whitespace_lines(trim_suffix_overlap(text, suffix))
 
 
-def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtime: Any) -> Prepared:
+def stop_strings(policy: DraftPolicy) -> tuple[str, ...]:
+    """The stop rule as strings a server can apply itself (the rest is cut client-side)."""
+    return ("\n",) if policy.stop.kind == "line" else ()
+
+
+def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config,
+            codec: PromptCodec) -> Prepared:
     prefix, suffix = doc.prefix_suffix(cursor.line, cursor.character, encoding)
     offset = doc.cursor_byte_offset(cursor.line, cursor.character, encoding)
     context = classify(doc.tree, doc.source, offset, doc.language_id)
@@ -66,25 +72,34 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtim
         max_new_tokens=config.maxNewTokens or None)
     policy = replace(policy_for(context, overrides), prompt_lookup=spec.promptLookup)
     window = config.contextWindow
-    prompt = build_fim_prompt(
-        prefix, suffix, runtime.encode, runtime.fim,
-        ContextBudget(window.prefixTokens, window.suffixTokens), window.fimMode)
-    request = CompletionRequest(
-        f"{cursor.uri}#{next(_ids)}", tuple(prompt.ids), policy, config.temperature, config.topP,
-        heal=prompt.heal)
-    log.info("completion %s at %d:%d: %s, %d prompt tokens", request.id, cursor.line,
-             cursor.character, describe(context), len(prompt.ids))
+    budget = ContextBudget(window.prefixTokens, window.suffixTokens)
+    request_id = f"{cursor.uri}#{next(_ids)}"
+
+    def build(codec: PromptCodec) -> BackendRequest:
+        prompt = build_fim_prompt(prefix, suffix, codec.encode, codec.fim, budget, window.fimMode)
+        # A server that takes text cannot be made to spell out a healed token: the cut text
+        # goes back into the prompt instead.
+        text = codec.render(prompt.ids) + prompt.heal if codec.render else ""
+        request = CompletionRequest(
+            request_id, () if codec.render else tuple(prompt.ids), policy, config.temperature,
+            config.topP, heal="" if codec.render else prompt.heal)
+        return BackendRequest(request, text, stop_strings(policy), cursor.uri, rebuild=build)
+
+    request = build(codec)
+    log.info("completion %s at %d:%d: %s, %d prompt tokens%s", request_id, cursor.line,
+             cursor.character, describe(context), len(request.request.prompt_ids) or
+             len(request.prompt_text), " (characters)" if request.prompt_text else "")
     return Prepared(request, context, suffix)
 
 
 class CompletionService:
     def __init__(
-        self, documents: DocumentStore, worker_ref: Callable[[], EngineWorker | None],
+        self, documents: DocumentStore, backend_ref: Callable[[], Backend | None],
         config_ref: Callable[[], Config], notify: Callable[[str, Any], None],
         tell_user: Callable[[str], None], stats: ServerStats,
     ):
         self.documents = documents
-        self.worker_ref = worker_ref
+        self.backend_ref = backend_ref
         self.config_ref = config_ref
         self.notify = notify
         self.tell_user = tell_user
@@ -93,26 +108,26 @@ class CompletionService:
 
     async def complete(self, cursor: Cursor, encoding: str, msg_id: Any) -> str | None:
         """The cleaned completion text, or None when there is nothing to offer."""
-        config, worker = self.config_ref(), self.worker_ref()
+        config, backend = self.config_ref(), self.backend_ref()
         doc = self.documents.get(cursor.uri)
-        if not config.enabled or worker is None:
+        if not config.enabled or backend is None:
             return None
         if doc is None:
             self.tell_user(f"specfill: {cursor.uri} is not open on the server; reopen the file.")
             return None
-        if not await worker.wait_ready(config.readyTimeoutS):
-            why = worker.load_error or f"models still loading after {config.readyTimeoutS:.0f} s"
+        if not await backend.wait_ready(config.readyTimeoutS):
+            why = backend.load_error or f"models still loading after {config.readyTimeoutS:.0f} s"
             self.tell_user(f"specfill: no completion ({why}). "
                            + ("Check the model settings or run `specfill doctor`."
-                              if worker.load_error else "Try again in a moment."))
+                              if backend.load_error else "Try again in a moment."))
             return None
         cursor = replace(cursor, version=doc.version)
         generation = self.inflight.get(cursor.uri)
         if generation is None or generation.cursor != cursor or generation.task.done():
             if generation is not None:
                 generation.task.cancel()  # superseded: the client moved on
-            prepared = prepare(doc, cursor, encoding, config, worker.engine)
-            task = asyncio.create_task(self._run(worker, prepared, cursor, msg_id))
+            prepared = prepare(doc, cursor, encoding, config, backend.codec())
+            task = asyncio.create_task(self._run(backend, prepared, cursor, msg_id))
             generation = self.inflight[cursor.uri] = Generation(cursor, task)
         return await self._follow(generation)
 
@@ -129,14 +144,14 @@ class CompletionService:
             if generation.task.done() and self.inflight.get(generation.cursor.uri) is generation:
                 del self.inflight[generation.cursor.uri]
 
-    async def _run(self, worker: EngineWorker, prepared: Prepared, cursor: Cursor,
+    async def _run(self, backend: Backend, prepared: Prepared, cursor: Cursor,
                    msg_id: Any) -> str | None:
         context = prepared.context.kind.value
         self.stats.request(context)
         shown = ""
         try:
             final: Finished | None = None
-            async for event in worker.submit(prepared.request):
+            async for event in backend.submit(prepared.request):
                 if isinstance(event, TextDelta):
                     text = clean(event.text, prepared.suffix)
                     if text != shown and text.strip():
@@ -148,6 +163,9 @@ class CompletionService:
             self.stats.outcome(context, "cancelled")
             raise
         assert final is not None
+        if final.reason == "unavailable":  # no server could serve: the router told the user
+            self.stats.outcome(context, "error", final.stats)
+            return None
         if final.reason == "error":
             self.stats.outcome(context, "error", final.stats)
             self.tell_user(f"specfill: completion failed: {final.error}")
