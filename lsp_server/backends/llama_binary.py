@@ -50,12 +50,15 @@ class LlamaServerProcess:
     def __init__(self, model: str | Path, draft: str | Path | None = None, *, threads: int = 2,
                  ctx: int = 4096, draft_max: int = 4, api_key: str | None = None,
                  port: int | None = None, log_path: str | Path | None = None,
-                 binary: Path | None = None, extra: tuple[str, ...] = ()):
+                 binary: Path | None = None, extra: tuple[str, ...] = (),
+                 tls: tuple[str, str, str] | None = None):
         self.binary = binary or llama_server_path()
         if self.binary is None:
             raise FileNotFoundError("no llama-server built: run `make llama-server`")
         self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        # tls: (key file, certificate file, CA file that signed it) -> https on its own
+        self.verify: object = tls[2] if tls else True
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.api_key = api_key
         self.args = [str(self.binary), "-m", str(model), "--host", "127.0.0.1",
                      "--port", str(self.port), "-t", str(threads), "-c", str(ctx), "-np", "1",
@@ -65,6 +68,8 @@ class LlamaServerProcess:
                           "--spec-draft-n-max", str(draft_max), "-td", str(threads)]
         if api_key:
             self.args += ["--api-key", api_key]
+        if tls:
+            self.args += ["--ssl-key-file", tls[0], "--ssl-cert-file", tls[1]]
         self.log_path = Path(log_path) if log_path else None
         self.process = None
 
@@ -82,7 +87,7 @@ class LlamaServerProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"llama-server exited ({self.process.returncode}); see {self.log_path}")
             try:
-                if httpx.get(self.url + "/health", timeout=1.0).status_code == 200:
+                if httpx.get(self.url + "/health", timeout=1.0, verify=self._verify()).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -106,19 +111,26 @@ class LlamaServerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def _verify(self):
+        import ssl
+
+        return ssl.create_default_context(cafile=self.verify) if isinstance(self.verify, str) else True
+
     def _headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def slots(self) -> list[dict]:
         import httpx
 
-        return httpx.get(self.url + "/slots", headers=self._headers(), timeout=5.0).json()
+        return httpx.get(self.url + "/slots", headers=self._headers(), timeout=5.0,
+                         verify=self._verify()).json()
 
     def metrics(self) -> dict[str, float]:
         """The Prometheus counters (`llamacpp:` prefix dropped)."""
         import httpx
 
-        text = httpx.get(self.url + "/metrics", headers=self._headers(), timeout=5.0).text
+        text = httpx.get(self.url + "/metrics", headers=self._headers(), timeout=5.0,
+                         verify=self._verify()).text
         out = {}
         for line in text.splitlines():
             if line.startswith("llamacpp:"):

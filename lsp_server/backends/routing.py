@@ -26,7 +26,8 @@ from lsp_server.engine.types import EngineEvent, Finished, Stats
 log = logging.getLogger(__name__)
 
 HEALTH_INTERVAL_S = 1.0
-LOCAL_READY_TIMEOUT_S = 120.0  # how long a request in an outage waits for the local models
+LOCAL_READY_TIMEOUT_S = 120.0
+USER_FIXES = ("auth", "tls", "http_4xx")  # errors only a settings change fixes: told at once  # how long a request in an outage waits for the local models
 # Finished.reason when no backend could serve: the router has told the user already.
 UNAVAILABLE = "unavailable"
 
@@ -152,7 +153,7 @@ class Router:
 
     def _failed(self, backend: RemoteBackend, error: RemoteError) -> None:
         log.warning("specfill: %s", error)
-        if error.kind in ("auth", "tls", "http_4xx"):  # the user must fix something
+        if error.kind in USER_FIXES:
             self._tell_once(f"{backend.url}:{error.kind}", f"specfill: {error}")
         if not backend.healthy:
             self._ensure_health_checks()
@@ -167,7 +168,10 @@ class Router:
         if self._all_down_told:
             return
         self._all_down_told = True
-        reasons = "; ".join(str(r.last_error) for r in self.remotes if r.last_error) or "none configured"
+        errors = [r.last_error for r in self.remotes if r.last_error]
+        if errors and all(e.kind in USER_FIXES for e in errors):
+            return  # each was told already, with what to fix
+        reasons = "; ".join(str(e) for e in errors) or "none configured"
         self.tell_user(f"specfill: no remote backend is reachable ({reasons}); {what_now}.")
 
     def _tell_once(self, key: str, message: str) -> None:
