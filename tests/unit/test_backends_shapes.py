@@ -150,3 +150,16 @@ def test_error_messages_come_from_the_servers_own_words():
     assert error_message(b'{"error":{"code":401,"message":"Invalid API Key","type":"authentication_error"}}') == "Invalid API Key"
     assert error_message(b'{"detail":"Not Found"}') == "Not Found"
     assert error_message(b"plain text") == "plain text"
+
+
+def test_streamed_text_is_cut_by_the_policy_rule_stop_strings_and_control_tokens():
+    from lsp_server.backends.remote import _cut
+    from lsp_server.engine.types import StopRule
+
+    block = BackendRequest(CompletionRequest("r", (), DraftPolicy(stop=StopRule("block", 0))), "x")
+    text = "x = 1\n    return x\ndef other():"
+    assert text[:_cut(text, block)] == "x = 1\n    return x"
+    assert _cut("    y = 2\n", block) is None  # nothing dedented yet: keep streaming
+    assert _cut("a + b<|endoftext|>junk", block) == len("a + b")
+    line = BackendRequest(CompletionRequest("r", (), DraftPolicy(stop=StopRule("line"))), "x", ("\n",))
+    assert _cut("radius * 2\nmore", line) == len("radius * 2")
