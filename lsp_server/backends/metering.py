@@ -29,6 +29,8 @@ class BackendMeter:
     # Requests whose server said nothing of a number (so zero means zero, not unknown).
     unreported: Counter = field(default_factory=Counter)
     errors: Counter = field(default_factory=Counter)
+    # The server's own Prometheus totals (all its clients), when requests carry no draft counts.
+    server_counters: dict = field(default_factory=dict)
     first_text_s: deque = field(default_factory=lambda: deque(maxlen=_KEEP))
     latency_s: deque = field(default_factory=lambda: deque(maxlen=_KEEP))
 
@@ -52,6 +54,7 @@ class BackendMeter:
             "acceptance_rate": (self.accepted_draft_tokens / self.draft_tokens
                                 if self.draft_tokens else None),
             "unreported": dict(self.unreported), "errors": dict(self.errors),
+            "server_counters": dict(self.server_counters),
             "first_text_p50_s": percentile(first, 50), "first_text_p95_s": percentile(first, 95),
             "latency_p50_s": percentile(total, 50), "latency_p95_s": percentile(total, 95),
         }

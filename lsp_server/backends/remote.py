@@ -23,7 +23,8 @@ from lsp_server.backends.ollama import Ollama
 from lsp_server.backends.openai import OpenAI
 from lsp_server.backends.prompt_text import QWEN_STOP_TEXT
 from lsp_server.backends.urls import display_url
-from lsp_server.backends.wire import Chunk, Dialect, RemoteError, Usage, error_message, sse_payload
+from lsp_server.backends.wire import (Chunk, Dialect, RemoteError, Usage, error_message,
+                                      prometheus_counters, sse_payload)
 from lsp_server.engine.stopping import stop_index
 from lsp_server.engine.types import DrafterStats, EngineEvent, Finished, Stats, TextDelta
 
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 DIALECTS: dict[str, type[Dialect]] = {"openai": OpenAI, "llama-server": LlamaServer, "ollama": Ollama}
 SESSION_HEADER = "x-session-id"
+SCRAPE_INTERVAL_S = 5.0  # at most this often, /metrics is read for server-wide draft counters
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,9 @@ class RemoteBackend:
         self.healthy = True
         self.last_error: RemoteError | None = None
         self._client: httpx.AsyncClient | None = None
+        self._metrics: bool | None = None  # whether the server exposes /metrics (None: unknown)
+        self._scraped_at = float("-inf")
+        self._scrape: asyncio.Task | None = None
 
     def client(self) -> httpx.AsyncClient:
         # Built on first use, inside the event loop that will use it.
@@ -127,6 +132,8 @@ class RemoteBackend:
             raise
         stats.total_s = time.perf_counter() - started
         self._record(usage, stats)
+        if usage.draft_tokens is None:
+            self._maybe_scrape()
         self.healthy, self.last_error = True, None
         yield Finished(req.id, text, (), stats, stats.stop_reason)
 
@@ -149,6 +156,26 @@ class RemoteBackend:
         if usage.draft_tokens:
             stats.drafters["server-draft"] = DrafterStats(
                 drafted=usage.draft_tokens, accepted=usage.accepted_draft_tokens or 0)
+
+    def _maybe_scrape(self) -> None:
+        now = time.monotonic()
+        if self._metrics is False or now - self._scraped_at < SCRAPE_INTERVAL_S:
+            return
+        if self._scrape is None or self._scrape.done():
+            self._scraped_at = now
+            self._scrape = asyncio.get_running_loop().create_task(self.scrape_counters())
+
+    async def scrape_counters(self) -> None:
+        """The server's speculative decoding totals from /metrics, into the usage line."""
+        try:
+            response = await self.client().get("/metrics", timeout=3.0)
+        except (httpx.HTTPError, OSError):
+            return
+        self._metrics = response.status_code == 200
+        if self._metrics:
+            counters = prometheus_counters(response.text)
+            if counters:
+                self.meter.server_counters = {**counters, "source": "/metrics, server-wide"}
 
     def _fail(self, error: RemoteError) -> None:
         self.meter.errors[error.kind] += 1

@@ -106,3 +106,26 @@ class Dialect:
     def parse(self, payload: str) -> Chunk | None:
         """One framed payload -> a chunk (None: nothing in it, e.g. a keep-alive)."""
         raise NotImplementedError
+
+
+# Server-wide speculative decoding counters, for servers whose responses carry no per-request
+# draft counts (vLLM without --per-request-spec-decode-metrics). Same names in vLLM (`vllm:`)
+# and llama-server (`llamacpp:`, with --metrics).
+SPEC_COUNTERS = ("spec_decode_num_draft_tokens_total", "spec_decode_num_accepted_tokens_total",
+                 "spec_decode_num_drafts_total")
+
+
+def prometheus_counters(text: str, names: tuple[str, ...] = SPEC_COUNTERS) -> dict[str, float]:
+    """Sum each named counter over its label sets (vLLM labels by engine and model)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or ":" not in line:
+            continue
+        metric, _, value = line.rpartition(" ")
+        name = metric.split(":", 1)[1].split("{", 1)[0]
+        if name in names:
+            try:
+                out[name] = out.get(name, 0.0) + float(value)
+            except ValueError:
+                continue
+    return out

@@ -163,3 +163,29 @@ def test_streamed_text_is_cut_by_the_policy_rule_stop_strings_and_control_tokens
     assert _cut("a + b<|endoftext|>junk", block) == len("a + b")
     line = BackendRequest(CompletionRequest("r", (), DraftPolicy(stop=StopRule("line"))), "x", ("\n",))
     assert _cut("radius * 2\nmore", line) == len("radius * 2")
+
+
+# vLLM's Prometheus exposition for its speculative decoding counters (labels per engine and
+# model), as its metrics docs list them; transcribed, not captured.
+VLLM_METRICS = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="qwen-7b"} 120.0
+# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="qwen-7b"} 600.0
+vllm:spec_decode_num_draft_tokens_total{engine="1",model_name="qwen-7b"} 50.0
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="qwen-7b"} 410.0
+vllm:num_requests_running{engine="0",model_name="qwen-7b"} 1.0
+"""
+
+
+def test_prometheus_spec_counters_are_summed_over_engines():
+    from lsp_server.backends.wire import prometheus_counters
+
+    counters = prometheus_counters(VLLM_METRICS)
+    assert counters == {"spec_decode_num_drafts_total": 120.0,
+                        "spec_decode_num_draft_tokens_total": 650.0,
+                        "spec_decode_num_accepted_tokens_total": 410.0}
+    llama = "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter\nllamacpp:spec_decode_num_draft_tokens_total 26\n"
+    assert prometheus_counters(llama) == {"spec_decode_num_draft_tokens_total": 26.0}
