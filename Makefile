@@ -33,10 +33,14 @@ editor-deps: ## install what the editor clients and their tests need (apt, npm)
 editors: editor-deps ## build the VS Code extension (.vsix)
 	cd editors/vscode && npm run --silent package
 
-test: setup models editors ## all tests: unit, end-to-end, robustness, real models, real editors
+llama-server: ## build llama.cpp's llama-server + llama-bench into the model cache (once, ~8 min)
+	PY=$(BIN)/python bash scripts/build-llama-server.sh
+
+test: setup models editors llama-server ## all tests: unit, end-to-end, robustness, real models, real servers, real editors
 	$(PYTEST) tests/unit tests/e2e -q
 	$(PYTEST) tests/robustness -q
 	$(PYTEST) tests/slow -q
+	$(PYTEST) tests/remote -q
 	$(PYTEST) tests/editors -q
 
 test-fast: setup ## unit and end-to-end tests on tiny models (about a minute)
@@ -50,6 +54,9 @@ soak: setup ## the full soak: 100,000 didChange + 10,000 completions on tiny mod
 
 test-slow: models ## the real default pair: lossless decoding, the server end to end
 	$(PYTEST) tests/slow -q
+
+test-remote: models llama-server ## remote backends against real llama-servers on 127.0.0.1
+	$(PYTEST) tests/remote -q
 
 test-editors: models editors ## real Neovim and real VS Code (code-server) with the real server
 	$(PYTEST) tests/editors -q
@@ -73,4 +80,4 @@ bench-peers: models ## specfill vs llama.cpp on the same GGUF files (builds llam
 clean: ## remove build outputs (keeps .venv and the model cache)
 	rm -rf build dist *.egg-info editors/vscode/dist editors/vscode/*.vsix .pytest_cache
 
-.PHONY: help setup models demo editor-deps editors test test-fast test-robustness soak test-slow test-editors bench bench-lsp bench-policy bench-bound bench-peers clean
+.PHONY: help setup models demo editor-deps editors llama-server test test-remote test-fast test-robustness soak test-slow test-editors bench bench-lsp bench-policy bench-bound bench-peers clean

@@ -22,6 +22,7 @@ def language_of(path: Path) -> str:
 
 
 def complete_file(args: argparse.Namespace) -> int:
+    from lsp_server.backends.base import PromptCodec
     from lsp_server.engine.types import Finished, TextDelta
     from lsp_server.runtime import load_runtime
 
@@ -36,11 +37,13 @@ def complete_file(args: argparse.Namespace) -> int:
     runtime = load_runtime(config, lambda line: print(f"[load] {line}", file=sys.stderr))
     docs = DocumentStore()
     doc = docs.open(path.resolve().as_uri(), args.language or language_of(path), 1, path.read_text())
-    prepared = prepare(doc, Cursor(doc.uri, 1, args.line, args.col), "utf-16", config, runtime)
-    print(f"[context] {prepared.context.kind.value}, stop rule {prepared.request.policy.stop.kind}, "
-          f"{len(prepared.request.prompt_ids)} prompt tokens", file=sys.stderr)
+    prepared = prepare(doc, Cursor(doc.uri, 1, args.line, args.col), "utf-16", config,
+                       PromptCodec(runtime.encode, runtime.fim))
+    request = prepared.request.request
+    print(f"[context] {prepared.context.kind.value}, stop rule {request.policy.stop.kind}, "
+          f"{len(request.prompt_ids)} prompt tokens", file=sys.stderr)
     shown = ""
-    for event in runtime.generate(prepared.request, lambda: False):
+    for event in runtime.generate(request, lambda: False):
         if isinstance(event, TextDelta):
             text = clean(event.text, prepared.suffix)
             if text.startswith(shown):

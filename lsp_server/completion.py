@@ -1,8 +1,9 @@
 """One inline completion, from cursor to cleaned text, and the generations in flight.
 
 The server's handler only calls `CompletionService.complete`. Here: build the request
-(syntax context -> policy, FIM prompt), run it on the worker, stream cleaned text to the
-client, and keep at most one generation per document: a request at the same
+(syntax context -> policy, FIM prompt), run it on the backend (the local engine or a
+remote server: `lsp_server.backends`), stream cleaned text to the client, and keep at most
+one generation per document: a request at the same
 (version, position) joins the running one, a request anywhere else supersedes it.
 """
 
@@ -14,10 +15,10 @@ import logging
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from lsp_server.backends.base import Backend, BackendRequest, PromptCodec
 from lsp_server.config import Config
 from lsp_server.documents import Document, DocumentStore
-from lsp_server.engine.types import CompletionRequest, Finished, TextDelta
-from lsp_server.engine.worker import EngineWorker
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, TextDelta
 from lsp_server.prompt import (ContextBudget, build_fim_prompt, strip_trailing_whitespace_lines,
                                trim_suffix_overlap)
 from lsp_server.protocol import StreamUpdate
@@ -39,7 +40,7 @@ class Cursor:
 
 @dataclass(frozen=True)
 class Prepared:
-    request: CompletionRequest
+    request: BackendRequest
     context: SyntaxContext
     suffix: str  # the document after the cursor: what a completion must not repeat
 
@@ -58,7 +59,13 @@ def clean(text: str, suffix: str) -> str:
     return strip_trailing_whitespace_lines(trim_suffix_overlap(text, suffix))
 
 
-def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtime: Any) -> Prepared:
+def stop_strings(policy: DraftPolicy) -> tuple[str, ...]:
+    """The stop rule as strings a server can apply itself (the rest is cut client-side)."""
+    return ("\n",) if policy.stop.kind == "line" else ()
+
+
+def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config,
+            codec: PromptCodec) -> Prepared:
     prefix, suffix = doc.prefix_suffix(cursor.line, cursor.character, encoding)
     offset = doc.cursor_byte_offset(cursor.line, cursor.character, encoding)
     context = classify(doc.tree, doc.source, offset, doc.language_id)
@@ -68,27 +75,36 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtim
         max_new_tokens=config.maxNewTokens or None)
     policy = replace(policy_for(context, overrides), prompt_lookup=spec.promptLookup)
     window = config.contextWindow
-    prompt = build_fim_prompt(
-        prefix, suffix, runtime.encode, runtime.fim,
-        ContextBudget(window.prefixTokens, window.suffixTokens), window.fimMode)
-    request = CompletionRequest(
-        f"{cursor.uri}#{next(_ids)}", tuple(prompt.ids), policy, config.temperature, config.topP,
-        heal=prompt.heal)
+    budget = ContextBudget(window.prefixTokens, window.suffixTokens)
+    request_id = f"{cursor.uri}#{next(_ids)}"
+
+    def build(codec: PromptCodec) -> BackendRequest:
+        prompt = build_fim_prompt(prefix, suffix, codec.encode, codec.fim, budget, window.fimMode)
+        # A server that takes text cannot be made to spell out a healed token: the cut text
+        # goes back into the prompt instead.
+        text = codec.render(prompt.ids) + prompt.heal if codec.render else ""
+        request = CompletionRequest(
+            request_id, () if codec.render else tuple(prompt.ids), policy, config.temperature,
+            config.topP, heal="" if codec.render else prompt.heal)
+        return BackendRequest(request, text, stop_strings(policy), cursor.uri, rebuild=build)
+
+    request = build(codec)
     # The user's code stays out of the log unless they asked for debug.
-    log.info("completion %s at %d:%d: %s, %d prompt tokens", request.id, cursor.line,
+    log.info("completion %s at %d:%d: %s, %d prompt tokens%s", request_id, cursor.line,
              cursor.character, describe(context, log.isEnabledFor(logging.DEBUG)),
-             len(prompt.ids))
+             len(request.request.prompt_ids) or len(request.prompt_text),
+             " (characters)" if request.prompt_text else "")
     return Prepared(request, context, suffix)
 
 
 class CompletionService:
     def __init__(
-        self, documents: DocumentStore, worker_ref: Callable[[], EngineWorker | None],
+        self, documents: DocumentStore, backend_ref: Callable[[], Backend | None],
         config_ref: Callable[[], Config], notify: Callable[[str, Any], None],
         tell_user: Callable[..., None], stats: ServerStats,
     ):
         self.documents = documents
-        self.worker_ref = worker_ref
+        self.backend_ref = backend_ref
         self.config_ref = config_ref
         self.notify = notify
         self.tell_user = tell_user
@@ -97,9 +113,9 @@ class CompletionService:
 
     async def complete(self, cursor: Cursor, encoding: str, msg_id: Any) -> str | None:
         """The cleaned completion text, or None when there is nothing to offer."""
-        config, worker = self.config_ref(), self.worker_ref()
+        config, backend = self.config_ref(), self.backend_ref()
         doc = self.documents.get(cursor.uri)
-        if not config.enabled or worker is None:
+        if not config.enabled or backend is None:
             return None
         if doc is None:
             self.tell_user(f"specfill: {cursor.uri} is not open on the server; reopen the file.",
@@ -108,20 +124,20 @@ class CompletionService:
         if doc.problem:  # out of sync or too large: said once when it happened
             log.debug("no completion for %s: %s", cursor.uri, doc.problem)
             return None
-        if not await worker.wait_ready(config.readyTimeoutS):
-            why = worker.load_error or f"models still loading after {config.readyTimeoutS:.0f} s"
+        if not await backend.wait_ready(config.readyTimeoutS):
+            why = backend.load_error or f"models still loading after {config.readyTimeoutS:.0f} s"
             self.tell_user(f"specfill: no completion ({why}). "
                            + ("Check the model settings or run `specfill doctor`."
-                              if worker.load_error else "Try again in a moment."), key="not-ready")
+                              if backend.load_error else "Try again in a moment."), key="not-ready")
             return None
         cursor = replace(cursor, version=doc.version)
         generation = self.inflight.get(cursor.uri)
         if generation is None or generation.cursor != cursor or generation.task.done():
             if generation is not None:
                 generation.task.cancel()  # superseded: the client moved on
-            prepared = prepare(doc, cursor, encoding, config, worker.engine)
+            prepared = prepare(doc, cursor, encoding, config, backend.codec())
             ids: list = []
-            task = asyncio.create_task(self._run(worker, prepared, cursor, ids))
+            task = asyncio.create_task(self._run(backend, prepared, cursor, ids))
             generation = self.inflight[cursor.uri] = Generation(cursor, task, ids)
             task.add_done_callback(lambda _t, g=generation: self._forget(g))
         return await self._follow(generation, msg_id)
@@ -146,7 +162,7 @@ class CompletionService:
         if self.inflight.get(generation.cursor.uri) is generation:
             del self.inflight[generation.cursor.uri]
 
-    async def _run(self, worker: EngineWorker, prepared: Prepared, cursor: Cursor,
+    async def _run(self, backend: Backend, prepared: Prepared, cursor: Cursor,
                    ids: list) -> str | None:
         context = prepared.context.kind.value
         self.stats.request(context)
@@ -154,7 +170,7 @@ class CompletionService:
         try:
             final: Finished | None = None
             on_final = lambda event: self.stats.work(context, event.stats)  # noqa: E731
-            async for event in worker.submit(prepared.request, on_final):
+            async for event in backend.submit(prepared.request, on_final):
                 if isinstance(event, TextDelta):
                     text = clean(event.text, prepared.suffix)
                     if text != shown and text.strip():
@@ -167,10 +183,14 @@ class CompletionService:
             self._end_streams(cursor, ids, "")
             raise
         assert final is not None
+        if final.reason == "unavailable":  # no server could serve: the router told the user
+            self.stats.outcome(context, "error", final.stats)
+            self._end_streams(cursor, ids, "")
+            return None
         if final.reason == "error":
             self.stats.outcome(context, "error", final.stats)
             self._end_streams(cursor, ids, "")
-            if not worker.failed:  # a failed worker is restarted, and that is what the user hears
+            if not backend.failed:  # a failed worker is restarted, and that is what the user hears
                 self.tell_user(f"specfill: completion failed: {final.error}", key="completion-failed")
             return None
         text = clean(final.text, prepared.suffix)

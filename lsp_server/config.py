@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from lsp_server.backends.urls import display_url, insecure_remote
 from lsp_server.models.registry import DEFAULT_PAIR, get_pair
 from lsp_server.prompt import FIM_MODES
 
@@ -57,10 +58,26 @@ class ContextWindow:
 
 
 @dataclass(frozen=True)
+class BackendConfig:
+    """Where completions are generated: the local engine, or remote serving engines."""
+
+    kind: str = "local"  # local | openai | llama-server | ollama
+    urls: tuple[str, ...] = ()  # one or more base URLs (http(s)://host:port)
+    model: str = ""  # the served model's name (openai, ollama)
+    apiKeyEnv: str = ""  # name of the environment variable holding the API key
+    apiKeyFile: str = ""  # or a file holding it (first line)
+    caFile: str = ""  # PEM CA bundle for https URLs (default: the system's trust store)
+    timeoutS: float = 30.0  # longest wait for a connection or the next streamed chunk
+    fallback: str = "none"  # local: the local engine (loaded at start) serves when all are down
+    allowInsecureHttp: bool = False  # plain http to a host other than this machine
+
+
+@dataclass(frozen=True)
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     speculation: SpeculationConfig = field(default_factory=SpeculationConfig)
     contextWindow: ContextWindow = field(default_factory=ContextWindow)
+    backend: BackendConfig = field(default_factory=BackendConfig)
     maxNewTokens: int = 0  # 0 = the policy's budget for the context
     temperature: float = 0.0
     topP: float = 1.0
@@ -73,6 +90,8 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32"),
     "speculation.mode": ("adaptive", "fixed", "off"),
     "contextWindow.fimMode": FIM_MODES,
+    "backend.kind": ("local", "openai", "llama-server", "ollama"),
+    "backend.fallback": ("local", "none"),
 }
 _RANGES: dict[str, tuple[float, float]] = {
     "model.threads": (0, 256),
@@ -85,6 +104,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "topP": (0.01, 1.0),
     "readyTimeoutS": (0.0, 3600.0),
     "maxDocumentMB": (0.001, 1024.0),
+    "backend.timeoutS": (0.1, 3600.0),
 }
 
 
@@ -98,6 +118,28 @@ def _quant_problem(path: str, value: str) -> str | None:
         return None
     return (f"{path} must be auto, bf16, int8, int4[-gN], mixed[-gN] or w8a8[-gN] (N in 32, 64, 128, 256), "
             f"got {value!r}")
+
+
+def _urls_problem(urls: tuple) -> str | None:
+    for url in urls:
+        if not isinstance(url, str) or not re.match(r"^https?://[^/\s]+", url):
+            return f"backend.urls must be http(s)://host[:port] URLs, got {url!r}"
+    return None
+
+
+def backend_problem(backend: BackendConfig) -> str | None:
+    """A remote backend that cannot work as configured, said so the user can fix it."""
+    if backend.kind == "local":
+        return None
+    if not backend.urls:
+        return f"backend.kind is {backend.kind!r} but backend.urls is empty"
+    for url in backend.urls:
+        if insecure_remote(url) and not backend.allowInsecureHttp:
+            return (f"{display_url(url)} is plain http to another machine: use https, or set "
+                    "backend.allowInsecureHttp to true if the network is trusted")
+    if backend.kind == "ollama" and not backend.model:
+        return f"backend.model must name the served model for backend.kind {backend.kind!r}"
+    return None
 
 
 def _check(path: str, default: Any, value: Any) -> str | None:
@@ -119,6 +161,8 @@ def _check(path: str, default: Any, value: Any) -> str | None:
         return f"model.device must be auto, cpu or cuda[:N], got {value!r}"
     if path in ("model.quant", "model.draftQuant"):
         return _quant_problem(path, value)
+    if path == "backend.urls":
+        return _urls_problem(value)
     lo, hi = _RANGES.get(path, (None, None))
     if lo is not None and not lo <= value <= hi:
         return f"{path} must be between {lo} and {hi}, got {value!r}"
@@ -137,6 +181,8 @@ def _merge(obj: Any, data: Any, prefix: str, errors: list[str]) -> Any:
             errors.append(f"unknown setting {path!r} ignored")
             continue
         current = getattr(obj, key)
+        if isinstance(current, tuple):  # a JSON list (or one string) for a tuple setting
+            value = tuple(value) if isinstance(value, list) else (value,) if isinstance(value, str) else value
         if hasattr(current, "__dataclass_fields__"):
             changes[key] = _merge(current, value, path, errors)
             continue
@@ -155,7 +201,11 @@ def config_from_options(options: Any, base: Config | None = None) -> tuple[Confi
     errors: list[str] = []
     if options is None or options == []:  # Lua's empty table arrives as a JSON array
         return base or Config(), errors
-    return _merge(base or Config(), options, "", errors), errors
+    config = _merge(base or Config(), options, "", errors)
+    problem = backend_problem(config.backend)
+    if problem:
+        errors.append(f"{problem}; remote completions are off until it is fixed")
+    return config, errors
 
 
 def model_identity(config: Config) -> tuple:

@@ -13,6 +13,7 @@ from pygls.exceptions import FeatureRequestError, JsonRpcException
 from pygls.lsp.server import LanguageServer
 
 from lsp_server import __version__
+from lsp_server.backends.base import Backend
 from lsp_server.completion import CompletionService, Cursor
 from lsp_server.config import Config, config_from_options, model_identity
 from lsp_server.documents import DocumentStore
@@ -38,13 +39,14 @@ class SpecfillServer(LanguageServer):
         self.config = Config()
         self.documents = DocumentStore()
         self.stats = ServerStats()
-        self.worker: EngineWorker | None = None
+        self.worker: EngineWorker | None = None  # the local engine, when one is used
+        self.backend: Backend | None = None  # what generates: local, remote, or both
         self.popups = RateLimiter()
         self.restarts = RestartBudget()
         self.given_up_on: EngineWorker | None = None
         self.notes = RateLimiter()
         self.completions = CompletionService(
-            self.documents, lambda: self.worker, lambda: self.config, self.send_stream,
+            self.documents, lambda: self.backend, lambda: self.config, self.send_stream,
             self.tell_user, self.stats)
 
     # -- helpers used by the handlers -------------------------------------------
@@ -121,24 +123,36 @@ class SpecfillServer(LanguageServer):
         new, problems = config_from_options(options, self.config)
         for problem in problems:
             self.tell_user(f"specfill: {problem}")
-        reload = self.worker is not None and model_identity(new) != model_identity(self.config)
-        if self.worker is not None and new.model.threads != self.config.model.threads:
+        old = self.config
+        reload = self.worker is not None and model_identity(new) != model_identity(old)
+        if self.worker is not None and new.model.threads != old.model.threads:
             self.worker.set_threads(new.model.threads)  # applied before the next request
         self.config = new
         self.documents.max_bytes = int(new.maxDocumentMB * 2**20)
         if reload:
             self.tell_user("specfill: model settings changed; reloading the models.",
                            lsp.MessageType.Info)
+        if self.backend is not None and (reload or new.backend != old.backend):
             self.start_worker()
 
     def start_worker(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
+        """(Re)build the backend; the local engine's worker starts only if it is used."""
+        from lsp_server.backends.select import build_backend
+
+        if self.backend is not None:
+            self.backend.stop()
+        self.worker = None
+        self.backend = build_backend(self.config.backend, self._start_local, self.tell_user)
+
+    def _start_local(self) -> Backend:
+        from lsp_server.backends.local import LocalBackend
+
         config = self.config
         self.worker = EngineWorker(lambda progress: self.runtime_factory(config, progress),
                                    threads=config.model.threads or None)
         self.worker.start()
         asyncio.ensure_future(report_loading(self, self.worker))
+        return LocalBackend(self.worker)
 
 
 async def report_loading(ls: SpecfillServer, worker: EngineWorker) -> None:
@@ -240,14 +254,21 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
         engine = getattr(worker.engine, "engine", None) if worker else None
         memory = engine.memory.snapshot() if engine is not None else {}
         out = ls.stats.to_json(memory)
+        backend = ls.backend
+        remote = backend is not None and ls.config.backend.kind != "local"
         out["engine"] = {
-            "ready": bool(worker and worker.ready.is_set()),
-            "idle": bool(worker is None or worker.is_idle()),
-            "load_error": worker.load_error if worker else None,
+            # With a remote backend, "ready" means requests can be sent (servers are not
+            # waited for: a request that finds none down answers at once).
+            "ready": (backend is not None and backend.load_error is None) if remote
+            else bool(worker and worker.ready.is_set()),
+            "idle": bool(backend is None or backend.is_idle()),
+            "load_error": (backend.load_error if remote else
+                           worker.load_error if worker else None),
             "threads": worker.threads_in_use if worker else None,
             "abort_latencies_s": list(worker.abort_latencies_s) if worker else [],
         }
         out["tables"] = ls.table_sizes()  # per-request bookkeeping: must stay bounded
+        out["backends"] = backend.stats() if backend is not None else []
         return out
 
     @server.feature(DOCUMENT_REQUEST)
@@ -258,7 +279,7 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
 
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: SpecfillServer, params: Any) -> None:
-        if ls.worker is not None:
-            ls.worker.stop()
+        if ls.backend is not None:
+            ls.backend.stop()
 
     return server

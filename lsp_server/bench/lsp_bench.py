@@ -66,6 +66,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="contextWindow.suffixTokens (default: the server's); every keystroke re-prefills it")
     p.add_argument("--fim-mode", default=None, choices=FIM_MODES,
                    help="contextWindow.fimMode (default: the server's)")
+    p.add_argument("--backend", default="local", choices=["local", "openai", "llama-server", "ollama"],
+                   help="backend.kind: the same trace against the local engine or a serving engine")
+    p.add_argument("--backend-url", action="append", default=[],
+                   help="backend.urls (repeat for several), e.g. http://127.0.0.1:8080")
+    p.add_argument("--backend-model", default="", help="backend.model (openai, ollama)")
 
 
 # -- the text to type (pure) --------------------------------------------------------
@@ -377,6 +382,9 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
     window = {k: v for k, v in (("suffixTokens", args.suffix_tokens), ("fimMode", args.fim_mode)) if v is not None}
     if window:
         options["contextWindow"] = window
+    if getattr(args, "backend", "local") != "local":
+        options["backend"] = {"kind": args.backend, "urls": args.backend_url,
+                              "model": args.backend_model}
     return options
 
 

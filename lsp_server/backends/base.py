@@ -1,0 +1,64 @@
+"""The one interface the completion service talks to, and the request it hands over."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable, Protocol
+
+from lsp_server.engine.types import CompletionRequest, EngineEvent, Finished
+
+
+@dataclass(frozen=True)
+class BackendRequest:
+    """One generation. `request` carries the token ids (local engine) and the policy; remote
+    backends send `prompt_text` (the same FIM prompt rendered as text, FIM tokens as their
+    text) and `stop` strings, and route on `affinity` (the document)."""
+
+    request: CompletionRequest
+    prompt_text: str = ""
+    stop: tuple[str, ...] = ()
+    affinity: str = ""
+    # The same completion prepared for another backend's codec (the local fallback wants
+    # token ids where a remote took text).
+    rebuild: Callable[["PromptCodec"], "BackendRequest"] | None = field(
+        default=None, compare=False, repr=False)
+
+    @property
+    def id(self) -> str:
+        return self.request.id
+
+
+@dataclass(frozen=True)
+class PromptCodec:
+    """How a backend wants its prompt: `encode` for the token budget, the FIM ids to put in,
+    and `render(ids) -> text` where the backend takes text (None: it takes the ids)."""
+
+    encode: Callable[[str], list[int]]
+    fim: Any  # lsp_server.prompt.FimTokens
+    render: Callable[[list[int]], str] | None = None
+
+
+class Backend(Protocol):
+    """What `CompletionService` needs. A consumer that stops iterating `submit()`'s stream
+    (cancelled, superseded) aborts the generation; `abort(id)` does the same from outside."""
+
+    load_error: str | None
+    failed: str | None  # why the generation side failed for good (the server restarts it)
+
+    async def wait_ready(self, timeout_s: float) -> bool: ...
+
+    def codec(self) -> PromptCodec: ...
+
+    def submit(self, request: BackendRequest,
+               on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:
+        """`on_final` gets the request's Finished event (its stats), cancelled ones too where
+        the backend produces one: the server counts every request's work."""
+        ...
+
+    def abort(self, request_id: str) -> None: ...
+
+    def is_idle(self) -> bool: ...
+
+    def stats(self) -> list[dict]: ...
+
+    def stop(self) -> None: ...

@@ -1,0 +1,59 @@
+"""The local engine behind the backend interface: a thin adapter over the worker thread."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, Callable
+
+from lsp_server.backends.base import BackendRequest, PromptCodec
+from lsp_server.engine.types import EngineEvent, Finished
+from lsp_server.engine.worker import EngineWorker
+
+
+class LocalBackend:
+    def __init__(self, worker: EngineWorker):
+        self.worker = worker
+        self.requests = 0
+        self.completed = 0
+
+    @property
+    def load_error(self) -> str | None:
+        return self.worker.load_error
+
+    @property
+    def failed(self) -> str | None:
+        """Why the worker failed (a kernel raised, its thread died): the server restarts it."""
+        return self.worker.failed
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        return await self.worker.wait_ready(timeout_s)
+
+    def codec(self) -> PromptCodec:
+        runtime = self.worker.engine  # lsp_server.runtime.Runtime once loaded
+        return PromptCodec(runtime.encode, runtime.fim)
+
+    async def submit(self, request: BackendRequest,
+                     on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:
+        self.requests += 1
+        stream = self.worker.submit(request.request, on_final)
+        try:
+            async for event in stream:
+                if isinstance(event, Finished) and event.reason != "aborted":
+                    self.completed += 1
+                yield event
+        finally:
+            await stream.aclose()  # a consumer that stopped early aborts the engine now
+
+    def abort(self, request_id: str) -> None:
+        self.worker.abort(request_id)
+
+    def is_idle(self) -> bool:
+        return self.worker.is_idle()
+
+    def stats(self) -> list[dict]:
+        # The engine's own numbers (drafted, accepted, ...) are in the totals of specfill/stats.
+        return [{"name": "local", "kind": "local", "url": None,
+                 "healthy": self.worker.ready.is_set() and self.worker.load_error is None,
+                 "requests": self.requests, "completed": self.completed}]
+
+    def stop(self) -> None:
+        self.worker.stop()

@@ -1,0 +1,226 @@
+"""One remote serving engine at one URL: stream a completion over HTTP, meter it, stop it.
+
+A generation runs in its own task that reads the HTTP stream; stopping it (the consumer went
+away, `abort(id)`, the stop rule fired) cancels that task, and leaving `client.stream(...)`
+closes the connection at once, which is how serving engines learn to stop generating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+import httpx
+
+from lsp_server.backends.base import BackendRequest
+from lsp_server.backends.llama_server import LlamaServer
+from lsp_server.backends.metering import BackendMeter
+from lsp_server.backends.ollama import Ollama
+from lsp_server.backends.openai import OpenAI
+from lsp_server.backends.prompt_text import QWEN_STOP_TEXT
+from lsp_server.backends.urls import display_url
+from lsp_server.backends.wire import (Chunk, Dialect, RemoteError, Usage, error_message,
+                                      prometheus_counters, sse_payload)
+from lsp_server.engine.stopping import stop_index
+from lsp_server.engine.types import DrafterStats, EngineEvent, Finished, Stats, TextDelta
+
+log = logging.getLogger(__name__)
+
+DIALECTS: dict[str, type[Dialect]] = {"openai": OpenAI, "llama-server": LlamaServer, "ollama": Ollama}
+SESSION_HEADER = "x-session-id"
+SCRAPE_INTERVAL_S = 5.0  # at most this often, /metrics is read for server-wide draft counters
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    url: str
+    kind: str  # a key of DIALECTS
+    model: str = ""
+    api_key: str | None = None
+    ca_file: str = ""
+    timeout_s: float = 30.0
+
+
+def tls_context(ca_file: str) -> ssl.SSLContext:
+    """Verified TLS: the system's trust store, or only `ca_file` when one is given."""
+    return ssl.create_default_context(cafile=ca_file or None)
+
+
+class RemoteBackend:
+    def __init__(self, settings: RemoteSettings):
+        self.settings = settings
+        self.dialect = DIALECTS[settings.kind]()
+        self.url = display_url(settings.url)
+        self.meter = BackendMeter(f"{settings.kind} {self.url}", settings.kind, self.url)
+        self.healthy = True
+        self.last_error: RemoteError | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._metrics: bool | None = None  # whether the server exposes /metrics (None: unknown)
+        self._scraped_at = float("-inf")
+        self._scrape: asyncio.Task | None = None
+
+    def client(self) -> httpx.AsyncClient:
+        # Built on first use, inside the event loop that will use it.
+        if self._client is None:
+            s = self.settings
+            headers = {"authorization": f"Bearer {s.api_key}"} if s.api_key else {}
+            verify: Any = tls_context(s.ca_file) if s.url.startswith("https:") else True
+            self._client = httpx.AsyncClient(
+                base_url=s.url.rstrip("/"), headers=headers, verify=verify, trust_env=False,
+                timeout=httpx.Timeout(s.timeout_s, connect=min(s.timeout_s, 5.0)))
+        return self._client
+
+    def scrub(self, text: str) -> str:
+        key = self.settings.api_key
+        return text.replace(key, "***") if key else text
+
+    async def check_health(self) -> bool:
+        try:
+            response = await self.client().get(self.dialect.health_path, timeout=3.0)
+        except (httpx.HTTPError, OSError):
+            return False
+        return response.status_code == 200
+
+    async def generate(self, req: BackendRequest, session: str) -> AsyncIterator[EngineEvent]:
+        """TextDelta events (the full text so far) and one Finished; raises RemoteError when the
+        request failed before it finished. Cancelling the consumer closes the stream."""
+        self.meter.requests += 1
+        started = time.perf_counter()
+        stats = Stats(stop_reason="")
+        usage, text, finished = Usage(), "", False
+        body = self.dialect.body(req, self.settings.model, session)
+        try:
+            async with self.client().stream("POST", self.dialect.path, json=body,
+                                            headers={SESSION_HEADER: session}) as response:
+                if response.status_code != 200:
+                    raise self._http_error(response.status_code, await response.aread())
+                async for chunk in self._chunks(response):
+                    usage.merge(chunk.usage)
+                    new = text + chunk.text
+                    cut = _cut(new, req)
+                    if cut is not None:
+                        new, stats.stop_reason = new[:cut], "stop-rule"
+                    if new != text:
+                        now = time.perf_counter() - started
+                        if stats.ttft_s is None:
+                            stats.ttft_s = now
+                            self.meter.first_text_s.append(now)
+                        stats.token_times_s.append(now)
+                        yield TextDelta(req.id, new[len(text):], new)
+                        text = new
+                    if stats.stop_reason or chunk.done:
+                        # Leaving `async with` closes the stream: a stop-rule cut ends the
+                        # server's work too.
+                        stats.stop_reason = stats.stop_reason or _reason(chunk.finish_reason)
+                        finished = True
+                        break
+            if not finished:
+                raise RemoteError("protocol", f"{self.url} ended the stream without a final chunk")
+        except RemoteError as exc:
+            self._fail(exc)
+            raise
+        except httpx.HTTPError as exc:
+            error = self._transport_error(exc)
+            self._fail(error)
+            raise error from None
+        except (asyncio.CancelledError, GeneratorExit):
+            self.meter.cancelled += 1
+            raise
+        stats.total_s = time.perf_counter() - started
+        self._record(usage, stats)
+        if usage.draft_tokens is None:
+            self._maybe_scrape()
+        self.healthy, self.last_error = True, None
+        yield Finished(req.id, text, (), stats, stats.stop_reason)
+
+    async def _chunks(self, response: httpx.Response) -> AsyncIterator[Chunk]:
+        async for line in response.aiter_lines():
+            payload = sse_payload(line) if self.dialect.framing == "sse" else line
+            if payload is None:
+                continue
+            chunk = self.dialect.parse(payload)
+            if chunk is not None:
+                yield chunk
+
+    def _record(self, usage: Usage, stats: Stats) -> None:
+        self.meter.completed += 1
+        self.meter.add_usage(usage)
+        self.meter.latency_s.append(stats.total_s)
+        stats.prompt_tokens = usage.prompt_tokens or 0
+        stats.prefilled_tokens = (usage.prompt_tokens or 0) - (usage.cached_prompt_tokens or 0)
+        stats.generated_tokens = usage.completion_tokens or len(stats.token_times_s)
+        if usage.draft_tokens:
+            stats.drafters["server-draft"] = DrafterStats(
+                drafted=usage.draft_tokens, accepted=usage.accepted_draft_tokens or 0)
+
+    def _maybe_scrape(self) -> None:
+        now = time.monotonic()
+        if self._metrics is False or now - self._scraped_at < SCRAPE_INTERVAL_S:
+            return
+        if self._scrape is None or self._scrape.done():
+            self._scraped_at = now
+            self._scrape = asyncio.get_running_loop().create_task(self.scrape_counters())
+
+    async def scrape_counters(self) -> None:
+        """The server's speculative decoding totals from /metrics, into the usage line."""
+        try:
+            response = await self.client().get("/metrics", timeout=3.0)
+        except (httpx.HTTPError, OSError):
+            return
+        self._metrics = response.status_code == 200
+        if self._metrics:
+            counters = prometheus_counters(response.text)
+            if counters:
+                self.meter.server_counters = {**counters, "source": "/metrics, server-wide"}
+
+    def _fail(self, error: RemoteError) -> None:
+        self.meter.errors[error.kind] += 1
+        self.last_error = error
+        if error.kind in ("connect", "timeout", "tls", "http_5xx", "auth"):
+            self.healthy = False
+
+    def _http_error(self, status: int, body: bytes) -> RemoteError:
+        said = self.scrub(error_message(body))
+        if status in (401, 403):
+            return RemoteError("auth", f"{self.url} refused the API key (HTTP {status}: {said}); "
+                               "check backend.apiKeyEnv / backend.apiKeyFile")
+        if status >= 500:
+            return RemoteError("http_5xx", f"{self.url} answered HTTP {status}: {said}")
+        # A bad request would be as bad on another server: do not retry it elsewhere.
+        return RemoteError("http_4xx", f"{self.url} rejected the request (HTTP {status}: {said})",
+                           retry=status in (404, 408, 429))
+
+    def _transport_error(self, exc: httpx.HTTPError) -> RemoteError:
+        text = self.scrub(str(exc) or type(exc).__name__)
+        if "CERTIFICATE_VERIFY_FAILED" in text or isinstance(exc.__cause__, ssl.SSLError):
+            return RemoteError("tls", f"TLS verification failed for {self.url} ({text}); "
+                               "set backend.caFile to the CA that signed its certificate")
+        if isinstance(exc, httpx.TimeoutException):
+            return RemoteError("timeout", f"{self.url} did not answer within "
+                               f"{self.settings.timeout_s:g} s (backend.timeoutS)")
+        if isinstance(exc, (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError)):
+            return RemoteError("connect", f"cannot reach {self.url} ({text})")
+        return RemoteError("connect", f"{self.url}: {type(exc).__name__}: {text}")
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+
+def _cut(text: str, req: BackendRequest) -> int | None:
+    """Where the policy's stop rule, a stop string or a control token's text ends `text`."""
+    cuts = [i for i in (text.find(s) for s in (*req.stop, *QWEN_STOP_TEXT)) if i >= 0]
+    rule = stop_index(text, req.request.policy.stop)
+    if rule is not None:
+        cuts.append(rule)
+    return min(cuts) if cuts else None
+
+
+def _reason(finish_reason: str | None) -> str:
+    return {"length": "max-tokens", "limit": "max-tokens", "stop": "eos", "eos": "eos",
+            "word": "stop-rule"}.get(finish_reason or "", finish_reason or "eos")

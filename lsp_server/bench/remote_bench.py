@@ -1,0 +1,294 @@
+"""`specfill bench remote`: specfill in front of real llama-servers on this machine.
+
+Three parts (`--part`, default all):
+- overhead: time to the first streamed text through specfill over stdio vs a raw streaming
+  HTTP client posting the very same body to the same server, per prompt, both with the
+  prompt already in the server's cache (a raw warm-up request first), so the difference is
+  what specfill adds: LSP, prompt building, routing, parsing, notifications.
+- cancel: a long completion cancelled after its first streamed text; time until the server's
+  `/slots` shows the slot idle (polled every 5 ms).
+- failover: a typing trace of N requests over several documents on two servers, every
+  `--burst`-th keystroke typed before the previous answer (a superseded request); one server
+  is killed halfway. Checks that every request is answered exactly once and that a document
+  stays on its server while that server lives.
+Output: DIR/results.json and DIR/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import json
+import sysconfig
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pygls.exceptions import JsonRpcRequestCancelled
+
+from lsp_server.backends.llama_binary import LlamaServerProcess, llama_server_path
+from lsp_server.backends.llama_server import LlamaServer
+from lsp_server.backends.prompt_text import TextCodec
+from lsp_server.backends.routing import session_key
+from lsp_server.bench.report import markdown_table, plain_args, write_json
+from lsp_server.completion import Cursor, prepare
+from lsp_server.config import config_from_options
+from lsp_server.documents import DocumentStore
+from lsp_server.engine.types import percentile
+from lsp_server.lsp_client import SpecfillClient
+from lsp_server.models.registry import resolve_cache_dir
+
+TARGETS = {"first_text_overhead_p50_s": 0.030, "cancel_idle_p95_s": 0.250}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--part", choices=["overhead", "cancel", "failover", "all"], default="all")
+    p.add_argument("--out", default="bench-results/remote")
+    p.add_argument("--file", default=None, help="Python source for the prompts (default: the stdlib's glob.py)")
+    p.add_argument("--prompts", type=int, default=20, help="overhead: prompts (cursor spots)")
+    p.add_argument("--cancels", type=int, default=20, help="cancel: cancelled requests")
+    p.add_argument("--requests", type=int, default=1000, help="failover: requests in the trace")
+    p.add_argument("--docs", type=int, default=8, help="failover: documents typed into")
+    p.add_argument("--burst", type=int, default=5, help="failover: every Nth request is superseded")
+    p.add_argument("--max-new-tokens", type=int, default=8)
+    p.add_argument("--threads", type=int, default=2, help="llama-server threads")
+    p.add_argument("--draft", action="store_true", help="overhead/cancel: add the -md draft model")
+    p.add_argument("--target-gguf", default=None)
+    p.add_argument("--draft-gguf", default=None)
+
+
+def gguf(name: str, given: str | None) -> Path:
+    if given:
+        return Path(given)
+    found = sorted((resolve_cache_dir() / name).glob("*.gguf"))
+    if not found:
+        raise SystemExit(f"no GGUF in {resolve_cache_dir() / name}: run `specfill models fetch`")
+    return found[0]
+
+
+def spots(source: str, n: int) -> list[tuple[int, int]]:
+    """Cursor spots at the start of statements inside functions, spread over the file."""
+    lines = source.splitlines()
+    found = sorted({(node.lineno - 1, node.col_offset) for fn in ast.walk(ast.parse(source))
+                    if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    for node in fn.body if node.lineno - 1 < len(lines)})
+    step = max(len(found) // max(n, 1), 1)
+    return found[::step][:n]
+
+
+def half_typed(source: str, spot: tuple[int, int]) -> tuple[str, tuple[int, int]]:
+    """The source with the statement line at `spot` cut halfway (the rest is what a
+    completion should write), and the cursor at the cut."""
+    lines = source.splitlines(keepends=True)
+    line, col = spot
+    text = lines[line].rstrip("\r\n")
+    cut = col + max((len(text) - col) // 2, 1)
+    lines[line] = text[:cut] + "\n"
+    return "".join(lines), (line, cut)
+
+
+def options(urls: list[str], max_new_tokens: int) -> dict[str, Any]:
+    return {"backend": {"kind": "llama-server", "urls": urls, "timeoutS": 120.0},
+            "maxNewTokens": max_new_tokens}
+
+
+def body_for(source: str, uri: str, spot: tuple[int, int], opts: dict) -> dict[str, Any]:
+    """The exact body specfill posts for this cursor."""
+    config, _ = config_from_options(opts)
+    docs = DocumentStore()
+    doc = docs.open(uri, "python", 1, source)
+    prepared = prepare(doc, Cursor(uri, 1, *spot), "utf-16", config, TextCodec().as_prompt_codec())
+    return LlamaServer().body(prepared.request, "", session_key(uri))
+
+
+async def raw_first_text(client: httpx.AsyncClient, url: str, body: dict) -> float | None:
+    t0 = time.monotonic()
+    async with client.stream("POST", url + "/completion", json=body) as response:
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                obj = json.loads(line[5:])
+                if (obj.get("content") or "").strip():
+                    return time.monotonic() - t0
+                if obj.get("stop"):
+                    return None
+    return None
+
+
+async def part_overhead(args, source: str, uri: str, server: LlamaServerProcess) -> dict:
+    opts = options([server.url], args.max_new_tokens)
+    rows = []
+    async with SpecfillClient(opts) as c, httpx.AsyncClient(timeout=120) as raw:
+        await c.wait_ready(30)
+        for i, statement in enumerate(spots(source, args.prompts)):
+            text, spot = half_typed(source, statement)
+            doc_uri = f"{uri}.overhead{i}.py"
+            c.open(doc_uri, "python", text)
+            body = body_for(text, doc_uri, spot, opts)
+            await raw_first_text(raw, server.url, body)  # warm-up: the prompt into the cache
+            _, timings = await c.complete(doc_uri, *spot)
+            raw_s = await raw_first_text(raw, server.url, body)
+            if timings.first_text_s is not None and raw_s is not None:
+                rows.append({"spot": spot, "specfill_s": timings.first_text_s, "raw_s": raw_s,
+                             "overhead_s": timings.first_text_s - raw_s})
+    over = sorted(r["overhead_s"] for r in rows)
+    return {"samples": len(rows), "first_text_overhead_p50_s": percentile(over, 50),
+            "first_text_overhead_p95_s": percentile(over, 95),
+            "specfill_first_text_p50_s": percentile(sorted(r["specfill_s"] for r in rows), 50),
+            "raw_first_text_p50_s": percentile(sorted(r["raw_s"] for r in rows), 50), "rows": rows}
+
+
+async def part_cancel(args, source: str, uri: str, server: LlamaServerProcess) -> dict:
+    idle: list[float] = []
+    async with SpecfillClient(options([server.url], 400)) as c:
+        await c.wait_ready(30)
+        for i, statement in enumerate(spots(source, args.cancels)):
+            text, spot = half_typed(source, statement)
+            doc_uri = f"{uri}.cancel{i}.py"
+            c.open(doc_uri, "python", text)
+            msg_id = c.next_id()
+            first = asyncio.get_running_loop().create_future()
+            task = asyncio.ensure_future(c.complete(
+                doc_uri, *spot, msg_id, on_update=lambda u, f=first: f.done() or f.set_result(u)))
+            done, _ = await asyncio.wait([first, task], timeout=120, return_when=asyncio.FIRST_COMPLETED)
+            if task in done:  # finished before any text: nothing to cancel
+                continue
+            c.cancel(msg_id)
+            t0 = time.monotonic()
+            while any(s["is_processing"] for s in await asyncio.to_thread(server.slots)):
+                await asyncio.sleep(0.005)
+            idle.append(time.monotonic() - t0)
+            try:
+                await task
+            except JsonRpcRequestCancelled:
+                pass
+    idle.sort()
+    return {"samples": len(idle), "cancel_idle_p50_s": percentile(idle, 50),
+            "cancel_idle_p95_s": percentile(idle, 95), "idle_s": idle}
+
+
+async def part_failover(args, source: str, servers: list[LlamaServerProcess]) -> dict:
+    uris = [f"file:///bench/doc{i}.py" for i in range(args.docs)]
+    lines = source.splitlines()
+    start_line = len(lines) // 2
+    answered: dict[str, str] = {}
+    homes: dict[str, list[str]] = {u: [] for u in uris}
+    killed_at = args.requests // 2
+    killed_url = None
+    async with SpecfillClient(options([s.url for s in servers], args.max_new_tokens)) as c:
+        await c.wait_ready(30)
+        for u in uris:
+            c.open(u, "python", source)
+        cols = {u: len(lines[start_line]) for u in uris}
+        versions = {u: 1 for u in uris}
+
+        def served_by(before: dict, after: dict) -> list[str]:
+            return [url for url in after if after[url] > before.get(url, 0)]
+
+        async def counts() -> dict:
+            # Requests that reached an end on a server (a failed try elsewhere does not count).
+            return {b["url"]: b["completed"] + b["cancelled"] for b in (await c.stats())["backends"]}
+
+        sent = 0
+        while sent < args.requests:
+            if sent >= killed_at and killed_url is None:
+                servers[0].kill()
+                killed_url = servers[0].url
+            uri = uris[sent % len(uris)]
+            n = 2 if (sent // len(uris)) % args.burst == 0 else 1  # a superseded pair
+            before = await counts()
+            futures = []
+            for _ in range(min(n, args.requests - sent)):
+                versions[uri] += 1
+                c.insert(uri, versions[uri], start_line, cols[uri], "x")
+                cols[uri] += 1
+                msg_id = c.next_id()
+                futures.append((msg_id, c.send_completion(uri, start_line, cols[uri], msg_id)))
+                sent += 1
+            for msg_id, future in futures:
+                try:
+                    await future
+                    answered[msg_id] = "result"
+                except JsonRpcRequestCancelled:
+                    answered[msg_id] = "cancelled"
+                except Exception as exc:  # an error answer is still an answer, counted apart
+                    answered[msg_id] = f"error: {type(exc).__name__}"
+            homes[uri].append((killed_url is not None, served_by(before, await counts())))
+        final = await c.stats()
+    moved = {}
+    for u, history in homes.items():
+        pre = {url for after, urls in history if not after for url in urls}
+        post = {url for after, urls in history if after for url in urls}
+        # Before the kill one server per document; after it, a document of the survivor stays.
+        if len(pre) > 1 or (pre and killed_url not in pre and post and post != pre) or killed_url in post:
+            moved[u] = {"before": sorted(pre), "after": sorted(post)}
+    outcomes: dict[str, int] = {}
+    for v in answered.values():
+        outcomes[v] = outcomes.get(v, 0) + 1
+    return {"requests": args.requests, "answered": len(answered), "outcomes": outcomes,
+            "killed": killed_url, "killed_at_request": killed_at,
+            "documents_that_moved_while_their_server_lived": moved,
+            "backends": final["backends"]}
+
+
+def run(args: argparse.Namespace) -> int:
+    if llama_server_path() is None:
+        raise SystemExit("no llama-server built: run `make llama-server`")
+    path = Path(args.file) if args.file else Path(sysconfig.get_paths()["stdlib"]) / "glob.py"
+    source = path.read_text(encoding="utf-8")
+    uri = path.resolve().as_uri()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    target = gguf("qwen2.5-coder-1.5b", args.target_gguf)
+    draft = gguf("qwen2.5-coder-0.5b", args.draft_gguf) if args.draft else None
+    result: dict[str, Any] = {"args": plain_args(args), "file": str(path), "targets": TARGETS}
+    parts = ["overhead", "cancel", "failover"] if args.part == "all" else [args.part]
+    if {"overhead", "cancel"} & set(parts):
+        with LlamaServerProcess(target, draft, threads=args.threads,
+                                log_path=out / "llama-server.log") as server:
+            if "overhead" in parts:
+                result["overhead"] = asyncio.run(part_overhead(args, source, uri, server))
+                print(f"[remote] overhead: {summary_line(result['overhead'])}", flush=True)
+            if "cancel" in parts:
+                result["cancel"] = asyncio.run(part_cancel(args, source, uri, server))
+                print(f"[remote] cancel: {summary_line(result['cancel'])}", flush=True)
+    if "failover" in parts:
+        servers = [LlamaServerProcess(target, threads=max(args.threads // 2, 1),
+                                      log_path=out / f"llama-server-{i}.log").start() for i in range(2)]
+        try:
+            result["failover"] = asyncio.run(part_failover(args, source, servers))
+        finally:
+            for s in servers:
+                s.stop()
+        print(f"[remote] failover: {summary_line(result['failover'])}", flush=True)
+    write_json(out / "results.json", result)
+    (out / "results.md").write_text(report(result))
+    print((out / "results.md").read_text())
+    return 0
+
+
+def summary_line(part: dict) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in part.items() if not isinstance(v, (list, dict)))
+
+
+def report(result: dict) -> str:
+    rows = []
+    o, c, f = result.get("overhead"), result.get("cancel"), result.get("failover")
+    if o:
+        rows += [["first text overhead vs raw client, p50", o["first_text_overhead_p50_s"], "s",
+                  TARGETS["first_text_overhead_p50_s"], o["samples"]],
+                 ["first text overhead vs raw client, p95", o["first_text_overhead_p95_s"], "s", None, o["samples"]],
+                 ["first text through specfill, p50", o["specfill_first_text_p50_s"], "s", None, o["samples"]],
+                 ["first text, raw client, p50", o["raw_first_text_p50_s"], "s", None, o["samples"]]]
+    if c:
+        rows += [["cancel -> slot idle, p50", c["cancel_idle_p50_s"], "s", None, c["samples"]],
+                 ["cancel -> slot idle, p95", c["cancel_idle_p95_s"], "s", TARGETS["cancel_idle_p95_s"], c["samples"]]]
+    if f:
+        rows += [["requests answered exactly once", f"{f['answered']}/{f['requests']}", "", None, f["requests"]],
+                 ["documents moved while their server lived",
+                  len(f["documents_that_moved_while_their_server_lived"]), "", 0, None]]
+    return ("# specfill bench remote\n\n" + markdown_table(["metric", "value", "unit", "target", "samples"], rows)
+            + (f"\n\nfailover outcomes: {f['outcomes']}; killed {f['killed']} at request "
+               f"{f['killed_at_request']}\n" if f else "\n"))

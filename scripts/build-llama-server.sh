@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's `llama-server` and `llama-bench` from the llama.cpp vendored in the
+# llama-cpp-python sdist (the same sources `bench peers` uses), and caches them OUTSIDE git:
+#
+#   ${SPECFILL_CACHE:-~/.cache/specfill}/llama-server/<version>/bin/{llama-server,llama-bench}
+#
+# The remote-backend tests (tests/remote) start this server on 127.0.0.1; `bench peers` can use
+# llama-bench. Idempotent: when the cached binary exists and `--version` runs, it does nothing.
+# About 8 minutes on 2 cores the first time, at the lowest CPU priority. Needs cc, c++ and cmake
+# (apt: build-essential cmake) and pip (only to download the sdist from the package registry).
+#
+#   scripts/build-llama-server.sh              # uses .venv/bin/python for pip, else python3
+#   PY=/usr/bin/python3 scripts/build-llama-server.sh
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VERSION="0.3.36"
+CACHE="${SPECFILL_CACHE:-$HOME/.cache/specfill}"
+DEST="$CACHE/llama-server/$VERSION"
+BIN="$DEST/bin"
+PY="${PY:-}"
+if [ -z "$PY" ]; then
+  if [ -x "$ROOT/.venv/bin/python" ]; then PY="$ROOT/.venv/bin/python"; else PY=python3; fi
+fi
+
+log() { printf '\033[36m[llama-server]\033[0m %s\n' "$*"; }
+
+works() { LD_LIBRARY_PATH="$BIN" "$BIN/llama-server" --version >/dev/null 2>&1; }
+
+if [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-bench" ] && works; then
+  log "already built: $BIN/llama-server, $BIN/llama-bench"
+  exit 0
+fi
+
+for tool in cc c++ cmake; do
+  command -v "$tool" >/dev/null 2>&1 || {
+    echo "error: '$tool' is required to build llama.cpp (apt-get install build-essential cmake)" >&2; exit 1; }
+done
+
+mkdir -p "$CACHE/llama-server"
+WORK="$(mktemp -d "$CACHE/llama-server/build.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+
+log "downloading the llama-cpp-python $VERSION sdist"
+PIP_DISABLE_PIP_VERSION_CHECK=1 "$PY" -m pip download -q --no-deps --no-binary=:all: \
+  -d "$WORK" "llama-cpp-python==$VERSION"
+tar -xzf "$WORK"/llama_cpp_python-"$VERSION".tar.gz -C "$WORK"
+SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
+[ -f "$SRC/CMakeLists.txt" ] || { echo "error: no vendor/llama.cpp in the sdist" >&2; exit 1; }
+
+# LLAMA_CURL=OFF: models come from local files. The web UI would otherwise be fetched from the
+# network at build time. GGML_NATIVE: the binary is for this machine only (it lives in its cache).
+# Static libraries, so the cached binaries run from anywhere without LD_LIBRARY_PATH.
+JOBS="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+log "building llama-server and llama-bench (about 8 min on 2 cores, -j$JOBS, nice 19)"
+start=$(date +%s)
+nice -n 19 cmake -S "$SRC" -B "$WORK/build" -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON \
+  -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 || { tail -40 "$WORK/cmake.log" >&2; exit 1; }
+nice -n 19 cmake --build "$WORK/build" -j"$JOBS" --target llama-server llama-bench \
+  >"$WORK/build.log" 2>&1 || { tail -60 "$WORK/build.log" >&2; exit 1; }
+
+# Copy executables and the shared libraries they load (run with LD_LIBRARY_PATH=bin), then swap
+# the directory in whole so a half-copied cache is never mistaken for a build.
+STAGE="$DEST.new"
+rm -rf "$STAGE" && mkdir -p "$STAGE/bin"
+cp -a "$WORK/build/bin/llama-server" "$WORK/build/bin/llama-bench" "$STAGE/bin/"
+find "$WORK/build/bin" -maxdepth 1 -name '*.so*' -exec cp -a {} "$STAGE/bin/" \;
+rm -rf "$DEST" && mv "$STAGE" "$DEST"
+log "built in $(( $(date +%s) - start )) s"
+works || { echo "error: $BIN/llama-server --version failed" >&2; exit 1; }
+LD_LIBRARY_PATH="$BIN" "$BIN/llama-server" --version 2>&1 | head -2
+log "llama-server: $BIN/llama-server"
+log "llama-bench:  $BIN/llama-bench  (run with LD_LIBRARY_PATH=$BIN)"
