@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from lsp_server.backends.local import LocalBackend
 from lsp_server.completion import CompletionService, Cursor
 from lsp_server.config import Config
 from lsp_server.documents import DocumentStore
@@ -56,8 +57,9 @@ class Harness:
         self.documents.open(URI, "python", 1, SOURCE)
         self.worker = EngineWorker(lambda _progress: engine)
         self.worker.start()
+        self.backend = LocalBackend(self.worker)
         self.service = CompletionService(
-            self.documents, lambda: self.worker, lambda: Config(), self.updates.append,
+            self.documents, lambda: self.backend, lambda: Config(), self.updates.append,
             lambda message, *a, **k: self.popups.append(message), self.stats)
 
     def complete(self, msg_id, line=5, character=4) -> asyncio.Task:
