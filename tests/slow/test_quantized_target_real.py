@@ -38,7 +38,7 @@ def test_the_quantized_layers_are_what_the_mode_says(runtime):
     else:
         layers = [m for m in target.modules() if isinstance(m, Int4Linear)]
         assert layers and all(m.dense is not None and m.dense.dtype == torch.bfloat16 for m in layers)
-    assert runtime.engine.costs is not None and runtime.engine.options.max_k <= 12
+    assert 1 <= runtime.engine.options.max_k <= 12
 
 
 @pytest.mark.parametrize("prefix,suffix", PROMPTS[:2])
