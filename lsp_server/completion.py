@@ -15,7 +15,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from lsp_server.config import Config
-from lsp_server.documents import Document, DocumentStore
+from lsp_server.context.cross_file import CrossFileContext, uri_path
+from lsp_server.context.snippets import SourceFile
+from lsp_server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.engine.types import CompletionRequest, Finished, TextDelta
 from lsp_server.engine.worker import EngineWorker
 from lsp_server.prompt import (ContextBudget, build_fim_prompt, strip_trailing_whitespace_lines,
@@ -56,7 +58,13 @@ def clean(text: str, suffix: str) -> str:
     return strip_trailing_whitespace_lines(trim_suffix_overlap(text, suffix))
 
 
-def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtime: Any) -> Prepared:
+def source_file(doc: Document) -> SourceFile:
+    return SourceFile(uri_path(doc.uri), doc.text, doc.tree, doc.language_id)
+
+
+def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtime: Any,
+            head: Callable[[str, str], tuple[int, ...]] = lambda prefix, suffix: ()) -> Prepared:
+    """`head(prefix, suffix)`: token ids in front of the FIM prompt (other files' chunks)."""
     prefix, suffix = doc.prefix_suffix(cursor.line, cursor.character, encoding)
     offset = doc.cursor_byte_offset(cursor.line, cursor.character, encoding)
     context = classify(doc.tree, doc.source, offset, doc.language_id)
@@ -69,11 +77,12 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, runtim
     prompt = build_fim_prompt(
         prefix, suffix, runtime.encode, runtime.fim,
         ContextBudget(window.prefixTokens, window.suffixTokens), window.fimMode)
+    extra = head(prefix, suffix)
     request = CompletionRequest(
-        f"{cursor.uri}#{next(_ids)}", tuple(prompt.ids), policy, config.temperature, config.topP,
-        heal=prompt.heal)
-    log.info("completion %s at %d:%d: %s, %d prompt tokens", request.id, cursor.line,
-             cursor.character, describe(context), len(prompt.ids))
+        f"{cursor.uri}#{next(_ids)}", (*extra, *prompt.ids), policy, config.temperature,
+        config.topP, heal=prompt.heal)
+    log.info("completion %s at %d:%d: %s, %d prompt tokens (%d of other files)", request.id,
+             cursor.line, cursor.character, describe(context), len(request.prompt_ids), len(extra))
     return Prepared(request, context, suffix)
 
 
@@ -90,6 +99,69 @@ class CompletionService:
         self.tell_user = tell_user
         self.stats = stats
         self.inflight: dict[str, Generation] = {}
+        self.cross_file = CrossFileContext()
+        self.roots: list[str] = []  # workspace folders (POSIX paths), set by the server
+        self._warms: set[asyncio.Task] = set()
+
+    def _prepare(self, doc: Document, cursor: Cursor, encoding: str, config: Config,
+                 runtime: Any) -> Prepared:
+        def head(prefix: str, suffix: str) -> tuple[int, ...]:
+            others = [source_file(d) for d in self.documents.recent(doc.language_id, doc.uri)]
+            plan = self.cross_file.prefix_ids(
+                doc.uri, source_file(doc), cursor.line, prefix, suffix, others, self.roots,
+                config.contextWindow.extraTokens, runtime.encode, getattr(runtime, "repo", None))
+            return plan.ids
+
+        return prepare(doc, cursor, encoding, config, runtime, head)
+
+    # -- warming ------------------------------------------------------------------------
+
+    def warm(self, cursor: Cursor, encoding: str, doc: Document | None = None) -> None:
+        """Prefill the prompt for `cursor` in the background (lowest priority; any request
+        preempts it). `doc`: a detached document to warm instead of the stored one."""
+        config, worker = self.config_ref(), self.worker_ref()
+        if not (config.enabled and config.warm) or worker is None:
+            return
+        task = asyncio.create_task(self._warm(worker, cursor, encoding, doc))
+        self._warms.add(task)
+        task.add_done_callback(self._warms.discard)
+
+    def warm_end_of(self, uri: str, encoding: str) -> None:
+        """didOpen: no cursor yet, so the end of the file (its whole tail is the prefix)."""
+        doc = self.documents.get(uri)
+        if doc is not None:
+            line, character = offset_to_position(doc.text, len(doc.text), encoding)
+            self.warm(Cursor(uri, doc.version, line, character), encoding)
+
+    async def _warm(self, worker: EngineWorker, cursor: Cursor, encoding: str,
+                    detached: Document | None) -> None:
+        config = self.config_ref()
+        if not await worker.wait_ready(config.readyTimeoutS):
+            return
+        doc = detached or self.documents.get(cursor.uri)
+        running = self.inflight.get(cursor.uri)
+        if doc is None or (running is not None and not running.task.done()):
+            return  # closed, or a real request is prefilling this document anyway
+        cursor = replace(cursor, version=doc.version)
+        prepared = self._prepare(doc, cursor, encoding, config, worker.engine)
+        policy = replace(prepared.request.policy, max_new_tokens=0)
+        request = replace(prepared.request, id=prepared.request.id + "-warm", policy=policy)
+        final = None
+        async for event in worker.submit(request, warm=True):
+            if isinstance(event, Finished):
+                final = event
+        if final is not None:
+            self.stats.warm(final.reason, final.stats)
+
+    def _warm_after(self, cursor: Cursor, encoding: str, text: str) -> None:
+        """After a completion: warm the prompt the user gets by accepting it."""
+        doc = self.documents.get(cursor.uri)
+        if doc is None or doc.version != cursor.version:
+            return
+        offset = doc.offset_at(cursor.line, cursor.character, encoding)
+        accepted = self.documents.detached(doc, offset, text)
+        line, character = offset_to_position(accepted.text, offset + len(text), encoding)
+        self.warm(Cursor(cursor.uri, doc.version, line, character), encoding, accepted)
 
     async def complete(self, cursor: Cursor, encoding: str, msg_id: Any) -> str | None:
         """The cleaned completion text, or None when there is nothing to offer."""
@@ -111,8 +183,8 @@ class CompletionService:
         if generation is None or generation.cursor != cursor or generation.task.done():
             if generation is not None:
                 generation.task.cancel()  # superseded: the client moved on
-            prepared = prepare(doc, cursor, encoding, config, worker.engine)
-            task = asyncio.create_task(self._run(worker, prepared, cursor, msg_id))
+            prepared = self._prepare(doc, cursor, encoding, config, worker.engine)
+            task = asyncio.create_task(self._run(worker, prepared, cursor, msg_id, encoding))
             generation = self.inflight[cursor.uri] = Generation(cursor, task)
         return await self._follow(generation)
 
@@ -130,7 +202,7 @@ class CompletionService:
                 del self.inflight[generation.cursor.uri]
 
     async def _run(self, worker: EngineWorker, prepared: Prepared, cursor: Cursor,
-                   msg_id: Any) -> str | None:
+                   msg_id: Any, encoding: str = "utf-16") -> str | None:
         context = prepared.context.kind.value
         self.stats.request(context)
         shown = ""
@@ -155,6 +227,8 @@ class CompletionService:
         text = clean(final.text, prepared.suffix)
         self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats, msg_id)
         self._stream(cursor, msg_id, text, done=True)
+        if text.strip():
+            self._warm_after(cursor, encoding, text)
         return text if text.strip() else None
 
     def _stream(self, cursor: Cursor, msg_id: Any, text: str, done: bool) -> None:

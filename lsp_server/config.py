@@ -54,6 +54,10 @@ class ContextWindow:
     # PSM, every keystroke re-prefills the suffix window. spm would keep the prompt growing
     # too, but the model answers SPM prompts with an immediate end-of-text.
     fimMode: str = "psm-line"
+    # Tokens of other files put in front of the prompt (context.cross_file): definitions of
+    # imported names from open files, then the windows most like the code around the cursor.
+    # 0 turns it off.
+    extraTokens: int = 1024
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,9 @@ class Config:
     temperature: float = 0.0
     topP: float = 1.0
     readyTimeoutS: float = 120.0  # how long an early request waits for the models
+    # Prefill a cursor's prompt in the background (didOpen, `specfill/warm`, after a
+    # completion) at the lowest priority, so the first request finds it cached.
+    warm: bool = True
     enabled: bool = True
 
 
@@ -79,6 +86,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "speculation.kMax": (0, 32),
     "contextWindow.prefixTokens": (16, 32768),
     "contextWindow.suffixTokens": (0, 32768),
+    "contextWindow.extraTokens": (0, 32768),
     "maxNewTokens": (0, 4096),
     "temperature": (0.0, 5.0),
     "topP": (0.01, 1.0),

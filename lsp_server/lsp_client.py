@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
-from lsp_server.protocol import CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION
+from lsp_server.protocol import CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION, WARM_NOTIFICATION
 
 SERVER_COMMAND = (sys.executable, "-m", "lsp_server", "serve", "--stdio")
 
@@ -207,6 +207,11 @@ class SpecfillClient:
         finally:
             self._watchers.pop(msg_id, None)
         return completion_text(result), Timings(sent, time.monotonic(), self.streams[msg_id])
+
+    def warm(self, uri: str, line: int, character: int) -> None:
+        """specfill/warm: the cursor rests here (as the editor clients send it)."""
+        self.lc.protocol.notify(WARM_NOTIFICATION, {
+            "textDocument": {"uri": uri}, "position": {"line": line, "character": character}})
 
     def cancel(self, msg_id: Any) -> None:
         self.lc.cancel_request(lsp.CancelParams(id=msg_id))

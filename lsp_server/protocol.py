@@ -14,6 +14,9 @@ from typing import Any
 
 STREAM_NOTIFICATION = "specfill/streamCompletion"
 STATS_REQUEST = "specfill/stats"
+# Client -> server notification, params {textDocument: {uri}, position: {line, character}}:
+# the cursor rests there (cursor hold, entering insert mode); prefill its prompt now.
+WARM_NOTIFICATION = "specfill/warm"
 CONFIG_SECTION = "specfill"
 
 

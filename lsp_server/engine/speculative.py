@@ -98,6 +98,12 @@ class SpeculativeEngine:
             slot = self.pool.acquire(run.ids)
             with abort_scope(should_abort):
                 logits = self._prefill(run, slot, should_abort)
+                if request.max_new_tokens <= 0:  # a warm: load the prompt, generate nothing
+                    self._prefill_draft(run, should_abort)
+                    run.stats.stop_reason = "warm"
+            if run.stats.stop_reason == "warm":
+                yield self._finish(run)
+                return
             rest = request.heal
             token, rest = self._choose(run, logits, rest)
             yield from self._accept(run, [token])
@@ -158,6 +164,16 @@ class SpeculativeEngine:
         if self._model_drafter(run.request.policy) is not None:
             self.drafter.begin(run.ids)
         return logits
+
+    @torch.inference_mode()
+    def _prefill_draft(self, run: _Run, should_abort: Callable[[], bool]) -> None:
+        """A warm brings the draft's cache up too: it otherwise catches up in the first
+        round, and a cold draft prefill of a whole prompt is seconds on a CPU."""
+        drafter = self._model_drafter(run.request.policy)
+        if drafter is not None:
+            t = time.perf_counter()
+            drafter.prefill(run.ids, self.options.prefill_chunk, should_abort)
+            run.stats.prefill_s += time.perf_counter() - t
 
     @torch.inference_mode()
     def _plain_step(self, run: _Run, slot: KVSlot) -> torch.Tensor:
