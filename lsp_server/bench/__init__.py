@@ -12,6 +12,7 @@ BENCHMARKS = {
     "lsp": ("lsp_server.bench.lsp_bench", "the real server over stdio while typing"),
     "policy": ("lsp_server.bench.policy_bench", "syntax policy vs fixed k, per context class"),
     "peers": ("lsp_server.bench.peers", "specfill vs llama.cpp on the same GGUF files"),
+    "quality": ("lsp_server.bench.quality", "completion quality on held-out real code, through the server"),
     "bound": ("lsp_server.bench.bound", "the fastest any draft-length controller could be on a run's prompts"),
 }
 

@@ -95,7 +95,7 @@ class SpeculativeEngine:
     ) -> Iterator[EngineEvent]:
         run = self._start(request)
         try:
-            slot = self.pool.acquire(run.ids)
+            slot = self.pool.acquire(run.ids, protect=request.max_new_tokens <= 0)
             with abort_scope(should_abort):
                 logits = self._prefill(run, slot, should_abort)
                 if request.max_new_tokens <= 0:  # a warm: load the prompt, generate nothing
@@ -162,7 +162,7 @@ class SpeculativeEngine:
         run.stats.prefill_s = time.perf_counter() - t
         # The draft catches up lazily in its first round; only bind its slot here.
         if self._model_drafter(run.request.policy) is not None:
-            self.drafter.begin(run.ids)
+            self.drafter.begin(run.ids, protect=run.request.max_new_tokens <= 0)
         return logits
 
     @torch.inference_mode()
