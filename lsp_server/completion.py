@@ -20,8 +20,8 @@ from lsp_server.context.snippets import SourceFile
 from lsp_server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.engine.types import CompletionRequest, Finished, TextDelta
 from lsp_server.engine.worker import EngineWorker
-from lsp_server.prompt import (ContextBudget, build_fim_prompt, strip_trailing_whitespace_lines,
-                               trim_suffix_overlap)
+from lsp_server.context.postprocess import final_text, stream_text
+from lsp_server.prompt import ContextBudget, build_fim_prompt
 from lsp_server.protocol import StreamUpdate
 from lsp_server.server_stats import ServerStats
 from lsp_server.syntax.context import SyntaxContext, classify
@@ -53,9 +53,11 @@ class Generation:
     subscribers: int = 0
 
 
-def clean(text: str, suffix: str) -> str:
-    """What the user sees: no repetition of the text after the cursor, no trailing blank lines."""
-    return strip_trailing_whitespace_lines(trim_suffix_overlap(text, suffix))
+def clean(text: str, suffix: str, final: bool = False) -> str:
+    """What the user sees (context.postprocess): no repetition of the text after the cursor
+    or of its own lines, one line mid-line, no trailing blank lines; the final text also
+    closes or cuts the brackets it opened."""
+    return final_text(text, suffix) if final else stream_text(text, suffix)
 
 
 def source_file(doc: Document) -> SourceFile:
@@ -224,7 +226,7 @@ class CompletionService:
             self.stats.outcome(context, "error", final.stats)
             self.tell_user(f"specfill: completion failed: {final.error}")
             return None
-        text = clean(final.text, prepared.suffix)
+        text = clean(final.text, prepared.suffix, final=True)
         self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats, msg_id)
         self._stream(cursor, msg_id, text, done=True)
         if text.strip():
