@@ -166,6 +166,32 @@ def run_anchor(spots: Sequence[QualitySpot], args: argparse.Namespace) -> list[d
 
 # -- summary and report -------------------------------------------------------------------
 
+def postprocess_rules() -> dict[str, Any]:
+    """Each post-processing rule alone, and all of them, as text -> text given the suffix."""
+    from lsp_server.context import postprocess as pp
+    from lsp_server.prompt import trim_suffix_overlap
+
+    return {
+        "raw": lambda text, suffix: text,
+        "suffix overlap": trim_suffix_overlap,
+        "mid-line single line": lambda text, suffix: pp.single_line(text) if pp.mid_line(suffix) else text,
+        "repeated lines": lambda text, suffix: pp.cut_repeated_lines(text),
+        "brackets": pp.balance_brackets,
+        "all (server)": pp.final_text,
+    }
+
+
+def measure_postprocess(spots: Sequence[QualitySpot], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Exact match and edit similarity of raw completions (the anchor's) under each rule."""
+    out = {}
+    for name, rule in postprocess_rules().items():
+        scores = [score(s, rule(r["completion"], s.suffix)) for s, r in zip(spots, rows)]
+        changed = sum(rule(r["completion"], s.suffix) != r["completion"] for s, r in zip(spots, rows))
+        out[name] = {"exact_match": sum(e for e, _ in scores) / len(scores),
+                     "edit_similarity": sum(x for _, x in scores) / len(scores), "changed": changed}
+    return out
+
+
 def summarize(spots: Sequence[QualitySpot], rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     def p50(key: str, subset: Sequence[dict]) -> float | None:
         return percentile(sorted(r[key] for r in subset if r.get(key) is not None), 50)
@@ -191,7 +217,8 @@ def summarize(spots: Sequence[QualitySpot], rows: Sequence[dict[str, Any]]) -> d
     return out
 
 
-def write_report(out_dir: Path, summary: dict[str, dict], args: argparse.Namespace) -> None:
+def write_report(out_dir: Path, summary: dict[str, dict], args: argparse.Namespace,
+                 postprocess: dict[str, Any] | None = None) -> None:
     headers = ["condition", "spots", "kind", "exact match", "edit sim", "first text p50 s",
                "final p50 s", "prefilled p50", "prompt tokens p50", "keystroke first text p50 s",
                "keystroke prefilled p50"]
@@ -209,6 +236,11 @@ def write_report(out_dir: Path, summary: dict[str, dict], args: argparse.Namespa
             "right after didOpen). The anchor is transformers greedy on a plain PSM prompt "
             "(same target, bf16) and has no server, so its latencies are not comparable.\n\n"
             + markdown_table(headers, rows))
+    if postprocess:
+        text += ("\nPost-processing rules, each alone, on the anchor's raw completions:\n\n"
+                 + markdown_table(["rule", "exact match", "edit sim", "completions changed"],
+                                  [[name, f"{100 * r['exact_match']:.1f} %", r["edit_similarity"],
+                                    r["changed"]] for name, r in postprocess.items()]))
     (out_dir / "results.md").write_text(text)
 
 
@@ -245,8 +277,10 @@ def run(args: argparse.Namespace) -> int:
                         "edit_similarity": score(s, results[c][i]["completion"])[1]}
                     for c in results}}
                 for i, s in enumerate(spots)]
-    write_json(out_dir / "results.json", {"summary": summary, "targets": TARGETS, "machine": machine,
+    postprocess = measure_postprocess(spots, results["anchor"]) if "anchor" in results else None
+    write_json(out_dir / "results.json", {"summary": summary, "postprocess": postprocess,
+                                          "targets": TARGETS, "machine": machine,
                                           "args": plain_args(args), "spots": per_spot})
-    write_report(out_dir, summary, args)
+    write_report(out_dir, summary, args, postprocess)
     print((out_dir / "results.md").read_text())
     return 0

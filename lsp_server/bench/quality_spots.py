@@ -200,9 +200,10 @@ def imported_package_files(path: Path, root: Path, text: str) -> list[Path]:
             dotted = node.module or ""
         if dotted.split(".")[0] != package:
             continue
-        found = _module_file(root, dotted)
-        if found is None and node.module is None:  # from . import sibling
+        found = None
+        if node.module is None:  # `from . import sibling`: the names are modules
             found = next((f for a in node.names if (f := _module_file(root, f"{dotted}.{a.name}"))), None)
+        found = found or _module_file(root, dotted)
         if found is not None and found != path and found not in out:
             out.append(found)
     return out
