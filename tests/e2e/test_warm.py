@@ -27,7 +27,7 @@ class Point:
         self.x = x
         self.y = y
 '''
-# A document whose warm prefill is long enough to interrupt (chunks of 512 tokens).
+# A document whose warm prefill is long enough to interrupt (warms feed chunks of 128 tokens).
 BIG = "".join(f"def function_{i}(value):\n    return value * {i} + {i % 7}\n\n" for i in range(160))
 
 
@@ -97,7 +97,7 @@ async def test_a_request_preempts_a_running_warm_within_a_layer(client: Language
     open_doc(client, "file:///work/pkg/big_a.py", BIG)
     s = await wait_warms(client, before + 2)
     full_s = s["warms"]["last"]["prefill_s"]
-    chunks = s["warms"]["last"]["prefilled_tokens"] / 512
+    chunks = s["warms"]["last"]["prefilled_tokens"] / 128
     assert full_s > 0.2 and chunks >= 10, s["warms"]["last"]
     # Another big document (nothing shared): its warm is interrupted by a request.
     aborted = s["warms"]["aborted"]

@@ -22,7 +22,7 @@ PROMPT = tuple((i * 7) % 48 for i in range(120))
 
 def make_engine() -> SpeculativeEngine:
     return SpeculativeEngine(tiny_model(1), tiny_model(2, hidden=16, layers=1), CharTokenizer(),
-                             stop_ids=[], options=EngineOptions(prefill_chunk=32))
+                             stop_ids=[], options=EngineOptions(prefill_chunk=64, warm_chunk=32))
 
 
 def final(events) -> Finished:
