@@ -124,7 +124,7 @@ class CompletionService:
         config, worker = self.config_ref(), self.worker_ref()
         if not (config.enabled and config.warm) or worker is None:
             return
-        task = asyncio.create_task(self._warm(worker, cursor, encoding, doc))
+        task = asyncio.create_task(self._warm_logged(worker, cursor, encoding, doc))
         self._warms.add(task)
         task.add_done_callback(self._warms.discard)
 
@@ -134,6 +134,12 @@ class CompletionService:
         if doc is not None:
             line, character = offset_to_position(doc.text, len(doc.text), encoding)
             self.warm(Cursor(uri, doc.version, line, character), encoding)
+
+    async def _warm_logged(self, *args: Any) -> None:
+        try:
+            await self._warm(*args)
+        except Exception:  # a warm is a hint: never an error the user sees
+            log.exception("warm failed")
 
     async def _warm(self, worker: EngineWorker, cursor: Cursor, encoding: str,
                     detached: Document | None) -> None:
