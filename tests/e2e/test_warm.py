@@ -83,6 +83,7 @@ async def test_did_open_warms_the_document_and_warm_moves_to_the_cursor(client: 
 
 
 async def test_a_malformed_warm_is_ignored_and_the_server_serves_on(client: LanguageClient):
+    open_doc(client, URI, PY_SOURCE)
     client.protocol.notify("specfill/warm", {"textDocument": {"uri": URI}, "position": {"line": -1}})
     client.protocol.notify("specfill/warm", {"position": "nowhere"})
     await wait_idle(client)
