@@ -111,7 +111,8 @@ class CompletionService:
             others = [source_file(d) for d in self.documents.recent(doc.language_id, doc.uri)]
             plan = self.cross_file.prefix_ids(
                 doc.uri, source_file(doc), cursor.line, prefix, suffix, others, self.roots,
-                config.contextWindow.extraTokens, runtime.encode, getattr(runtime, "repo", None))
+                config.contextWindow.extraTokens, runtime.encode, getattr(runtime, "repo", None),
+                config.contextWindow.extraSources)
             return plan.ids
 
         return prepare(doc, cursor, encoding, config, runtime, head)

@@ -58,6 +58,7 @@ class ContextWindow:
     # imported names from open files, then the windows most like the code around the cursor.
     # 0 turns it off.
     extraTokens: int = 1024
+    extraSources: str = "all"  # all | definitions | similar
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "model.dtype": ("auto", "bf16", "bfloat16", "fp16", "float16", "fp32", "float32"),
     "speculation.mode": ("adaptive", "fixed", "off"),
     "contextWindow.fimMode": FIM_MODES,
+    "contextWindow.extraSources": ("all", "definitions", "similar"),
 }
 _RANGES: dict[str, tuple[float, float]] = {
     "model.threads": (0, 256),

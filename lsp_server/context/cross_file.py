@@ -96,16 +96,18 @@ class CrossFileContext:
     def prefix_ids(
         self, uri: str, current: SourceFile, cursor_line: int, prefix: str, suffix: str,
         others: Sequence[SourceFile], roots: Sequence[str], budget_tokens: int,
-        encode: Encode, tokens: RepoTokens | None,
+        encode: Encode, tokens: RepoTokens | None, sources: str = "all",
     ) -> Plan:
+        """`sources`: all, definitions or similar (see snippets.pick_chunks)."""
         if tokens is None or budget_tokens <= 0:
             return Plan((), (), ())
-        key = (cursor_line // BLOCK_LINES, budget_tokens)
+        key = (cursor_line // BLOCK_LINES, budget_tokens, sources)
         plan = self._plans.get(uri)
         if plan is not None and plan.key == key:
             return plan
+        kinds = ("definitions", "similar") if sources == "all" else (sources,)
         chunks = pick_chunks(current, query_text(prefix, suffix), others, budget_tokens,
-                             lambda text: len(encode(text)))
+                             lambda text: len(encode(text)), kinds)
         ids = layout_ids(chunks, current.path, roots, current.language, encode, tokens) if chunks else []
         plan = Plan(key, tuple(chunks), tuple(ids))
         self._plans[uri] = plan
