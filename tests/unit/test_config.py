@@ -60,3 +60,14 @@ def test_config_does_not_import_torch():
     code = "import sys, lsp_server.config, lsp_server.protocol; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_cross_file_and_warm_settings_are_validated():
+    config, problems = config_from_options(
+        {"contextWindow": {"extraTokens": -5, "extraSources": "everything"}, "warm": "yes"})
+    assert config.contextWindow.extraTokens == 1024 and config.contextWindow.extraSources == "all"
+    assert config.warm is True and len(problems) == 3
+    config, problems = config_from_options(
+        {"contextWindow": {"extraTokens": 0, "extraSources": "definitions"}, "warm": False})
+    assert (config.contextWindow.extraTokens, config.contextWindow.extraSources, config.warm) == (0, "definitions", False)
+    assert problems == []
