@@ -7,8 +7,8 @@ The model was trained to stop on `<|file_sep|>`; the runtime stops on every spec
 
 KV-cache reuse decides the shape: the chunks come first, in a stable order, and a document
 keeps its plan (the chunks and their token ids) while the cursor stays in the same block of
-`BLOCK_LINES` lines, so typing still only appends to the prompt and a keystroke prefills a
-few tokens. Chunk texts are snapshots: editing another file changes this file's prompt only
+`BLOCK_LINES` lines and the same other files are open, so typing still only appends to the
+prompt and a keystroke prefills a few tokens. Chunk texts are snapshots: editing another file changes this file's prompt only
 when its plan is renewed.
 """
 
@@ -101,7 +101,8 @@ class CrossFileContext:
         """`sources`: all, definitions or similar (see snippets.pick_chunks)."""
         if tokens is None or budget_tokens <= 0:
             return Plan((), (), ())
-        key = (cursor_line // BLOCK_LINES, budget_tokens, sources)
+        # Opening or closing another file re-plans once; edits to them wait for the next plan.
+        key = (cursor_line // BLOCK_LINES, budget_tokens, sources, frozenset(o.path for o in others))
         plan = self._plans.get(uri)
         if plan is not None and plan.key == key:
             return plan

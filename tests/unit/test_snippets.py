@@ -120,3 +120,18 @@ def test_a_plan_is_kept_while_the_cursor_stays_in_its_block():
     assert plan(BLOCK_LINES + 1, "from os import path\n").chunks == ()
     assert context.prefix_ids("u", source("/w/x.py", MAIN), 0, MAIN, "", [shapes], [], 500,
                               len, None).ids == ()  # a model without the markers: none
+
+
+def test_opening_another_file_renews_the_plan_once():
+    context = CrossFileContext()
+    tokens = RepoTokens(1000, 1001)
+    current = source("/w/pkg/main.py", MAIN)
+
+    def plan(others):
+        return context.prefix_ids("file:///w/pkg/main.py", current, 3, MAIN, "", others, ["/w"], 500,
+                                  lambda t: [ord(c) for c in t], tokens)
+
+    assert plan([]).chunks == ()
+    shapes = source("/w/pkg/shapes.py", SHAPES)
+    renewed = plan([shapes])
+    assert renewed.chunks and plan([shapes]) is renewed
