@@ -83,19 +83,23 @@ async def run_spot(client: SpecfillClient, spot: QualitySpot, neighbours: bool,
     client.open(uri, "python", spot.document)
     client.warm(uri, spot.line, column)  # the editor's cursor rests where the user will type
     await asyncio.sleep(max(0.0, args.open_wait_s - (time.monotonic() - opened_at)))
-    text, timings = await asyncio.wait_for(client.complete(uri, spot.line, column), args.request_timeout_s)
-    first = (await client.stats())["last"] or {}
-    row: dict[str, Any] = {"completion": text, "first_text_s": timings.first_text_s,
-                           "final_s": timings.final_s, "prefilled_tokens": first.get("prefilled_tokens"),
-                           "prompt_tokens": first.get("prompt_tokens")}
-    typed = spot.expected[:1]
-    if typed and typed != "\n":
-        client.insert(uri, 2, spot.line, column, typed)
-        _, key = await asyncio.wait_for(
-            client.complete(uri, spot.line, column + utf16_len(typed)), args.request_timeout_s)
-        second = (await client.stats())["last"] or {}
-        row.update(keystroke_first_text_s=key.first_text_s, keystroke_final_s=key.final_s,
-                   keystroke_prefilled_tokens=second.get("prefilled_tokens"))
+    row: dict[str, Any] = {"completion": "", "timeout": False}
+    try:
+        text, timings = await asyncio.wait_for(client.complete(uri, spot.line, column),
+                                               args.request_timeout_s)
+        first = (await client.stats())["last"] or {}
+        row.update(completion=text, first_text_s=timings.first_text_s, final_s=timings.final_s,
+                   prefilled_tokens=first.get("prefilled_tokens"), prompt_tokens=first.get("prompt_tokens"))
+        typed = spot.expected[:1]
+        if typed and typed != "\n":
+            client.insert(uri, 2, spot.line, column, typed)
+            _, key = await asyncio.wait_for(
+                client.complete(uri, spot.line, column + utf16_len(typed)), args.request_timeout_s)
+            second = (await client.stats())["last"] or {}
+            row.update(keystroke_first_text_s=key.first_text_s, keystroke_final_s=key.final_s,
+                       keystroke_prefilled_tokens=second.get("prefilled_tokens"))
+    except asyncio.TimeoutError:  # scored as a miss; the server drops the request (a new one comes)
+        row["timeout"] = True
     for other in [uri, *opened]:
         client.close(other)
     await client.wait_idle(60.0)
