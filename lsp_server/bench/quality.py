@@ -53,7 +53,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None)
     p.add_argument("--quant", default=None, help="model.quant (default: the server's)")
     p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--request-timeout-s", type=float, default=180.0)
+    p.add_argument("--no-keystroke", action="store_true",
+                   help="skip the second request after typing one character (halves the run)")
+    p.add_argument("--request-timeout-s", type=float, default=300.0)
     p.add_argument("--out", default="bench-results/quality")
 
 
@@ -91,7 +93,7 @@ async def run_spot(client: SpecfillClient, spot: QualitySpot, neighbours: bool,
         row.update(completion=text, first_text_s=timings.first_text_s, final_s=timings.final_s,
                    prefilled_tokens=first.get("prefilled_tokens"), prompt_tokens=first.get("prompt_tokens"))
         typed = spot.expected[:1]
-        if typed and typed != "\n":
+        if typed and typed != "\n" and not args.no_keystroke:
             client.insert(uri, 2, spot.line, column, typed)
             _, key = await asyncio.wait_for(
                 client.complete(uri, spot.line, column + utf16_len(typed)), args.request_timeout_s)
