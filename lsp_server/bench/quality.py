@@ -43,8 +43,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--neighbours", type=int, default=4, help="neighbour files opened per spot")
     p.add_argument("--open-wait-s", type=float, default=3.0,
                    help="from opening the file to the first request")
-    p.add_argument("--extra-tokens", type=int, default=None,
-                   help="contextWindow.extraTokens (default: the server's)")
+    p.add_argument("--extra-tokens", type=int, default=1024,
+                   help="contextWindow.extraTokens for the server conditions (the server's "
+                        "default is 0: off, which would make +neighbours the same as the file alone)")
     p.add_argument("--extra-sources", default=None, choices=["all", "definitions", "similar"],
                    help="contextWindow.extraSources (default: the server's)")
     p.add_argument("--prefix-tokens", type=int, default=1024)
@@ -65,8 +66,7 @@ def server_options(args: argparse.Namespace) -> dict[str, Any]:
     model = {k: v for k, v in (("target", args.target), ("draft", args.draft),
                                ("quant", args.quant), ("threads", args.threads)) if v}
     window: dict[str, Any] = {"prefixTokens": args.prefix_tokens, "suffixTokens": args.suffix_tokens}
-    if args.extra_tokens is not None:
-        window["extraTokens"] = args.extra_tokens
+    window["extraTokens"] = args.extra_tokens
     if args.extra_sources is not None:
         window["extraSources"] = args.extra_sources
     return {"contextWindow": window, **({"model": model} if model else {})}
@@ -241,7 +241,7 @@ def write_report(out_dir: Path, summary: dict[str, dict], args: argparse.Namespa
                          s["keystroke_first_text_p50_s"], s["keystroke_prefilled_p50"]])
     text = (f"# specfill bench quality\n\n{args.spots} spots, seed {args.seed}, packages "
             f"{args.packages}; windows {args.prefix_tokens} / {args.suffix_tokens} tokens, "
-            f"extraTokens {args.extra_tokens if args.extra_tokens is not None else 'default'} "
+            f"extraTokens {args.extra_tokens} "
             f"({args.extra_sources or 'default'} sources), "
             f"first request {args.open_wait_s:g} s after opening (a `specfill/warm` at the cursor "
             "right after didOpen). The anchor is transformers greedy on a plain PSM prompt "

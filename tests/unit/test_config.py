@@ -65,7 +65,7 @@ def test_config_does_not_import_torch():
 def test_cross_file_and_warm_settings_are_validated():
     config, problems = config_from_options(
         {"contextWindow": {"extraTokens": -5, "extraSources": "everything"}, "warm": "yes"})
-    assert config.contextWindow.extraTokens == 1024 and config.contextWindow.extraSources == "all"
+    assert config.contextWindow.extraTokens == 0 and config.contextWindow.extraSources == "all"
     assert config.warm is True and len(problems) == 3
     config, problems = config_from_options(
         {"contextWindow": {"extraTokens": 0, "extraSources": "definitions"}, "warm": False})
