@@ -28,7 +28,7 @@ class ModelConfig:
     # Quantization on CPU (bf16 | int8 | int4 | mixed | w8a8, "-gN" group size of int4 layers).
     # The target's choice changes its outputs (speculation stays lossless against the
     # quantized target); the draft's only changes how often its guesses are accepted.
-    # auto: bf16 on CUDA; on CPU what `specfill bench engine` measured best (runtime.py).
+    # auto: bf16 on CUDA; on CPU w8a8 on zentorch where it runs, else int4-g32 (runtime.py).
     quant: str = "auto"
     draftQuant: str = "auto"
     cacheDir: str = ""  # "" = $SPECFILL_CACHE or ~/.cache/specfill

@@ -27,15 +27,13 @@ class Runtime:
         return self.engine.generate(request, should_abort)
 
 
-# What "auto" means on a CPU with bf16 weights, per role: the fastest measured form of each.
-# int4-g32 target (`specfill bench engine --quant int4-g32`, 2 cores): 10.9-11.6 tokens/s vs
-# 7.85 for a bf16 target with speculation, first token in the server 0.15 s vs 0.30 s (0.12 s
-# with packed attention; w8a8 0.14 s, but 15 s to load and 1.4 GB more memory), and
-# 99 % of its tokens equal to the bf16 model's (the default target's GGUF is Q4_K anyway).
-CPU_AUTO_QUANT = {"target": "int4-g32", "draft": "int4-g32"}
+# What "auto" means on a CPU with bf16 weights: W8A8 on zentorch's int8 kernel for both
+# models where it runs and passes its check (a verify of k+1 rows costs about one step, and
+# rows are computed independently: speculation is exact); torch's int4 kernel elsewhere.
+CPU_AUTO_QUANT = {"target": "w8a8", "draft": "w8a8"}
+CPU_FALLBACK_QUANT = {"target": "int4-g32", "draft": "int4-g32"}
 # torch's CPU int4 kernel costs twice as much from 5 rows on, so a verify of an int4 target
-# takes at most 3 draft tokens (+ 1): speculation measured 1.04-1.06x plain with k <= 3,
-# 0.96x with k <= 12. `mixed` is int4 in most layers, `w8a8` in its down projections.
+# takes at most 3 draft tokens (+ 1). `mixed` is int4 in most layers.
 INT4_TARGET_MAX_K = 3
 
 
@@ -44,9 +42,22 @@ def resolve_quant(tag: str, role: str, device_type: str, dtype: Any) -> str:
         return tag
     import torch
 
+    from lsp_server.models.w8a8 import w8a8_available
+
     if device_type == "cpu" and dtype == torch.bfloat16:
-        return CPU_AUTO_QUANT[role]
-    return "bf16"  # CUDA, or fp32 CPUs: torch's weight-only kernels here are CPU + bf16
+        return CPU_AUTO_QUANT[role] if w8a8_available() else CPU_FALLBACK_QUANT[role]
+    return "bf16"  # CUDA, or fp32 CPUs: the quantized kernels here are CPU + bf16
+
+
+def kernel_lines() -> list[str]:
+    """Which CPU kernels `auto` picks here, and why: for the load log and `specfill doctor`."""
+    from lsp_server.models.w8a8 import status
+
+    st = status()
+    if st.usable:
+        return [f"CPU kernels: {st.why} for steps, verifies and prefills"]
+    return [f"CPU kernels: torch int4 weight-only (verifies of at most {INT4_TARGET_MAX_K} draft tokens); "
+            f"W8A8 unavailable: {st.why}"]
 
 
 def apply_quantization(model: Any, tag: str, source: Any, cache_dir: str | None = None) -> None:
@@ -63,42 +74,118 @@ def special_token_ids(tokenizer: Any) -> set[int]:
     return {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
 
 
-def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
-    from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
-    from lsp_server.models.fuse import fuse_projections
-    from lsp_server.models.lm_head import flatten_head_input
-    from lsp_server.models.loader import load_pair
-    from lsp_server.models.packed import pack_linears
+def _prepare(model: Any, role: str, quant: str, source: Any, cache_dir: str | None,
+             options: Any, progress: Callable[[str], None]) -> None:
+    """Quantize one model (through the disk cache) and get its layers ready for lean steps."""
+    from lsp_server.models.quant_cache import own_remaining_weights
     from lsp_server.models.quantize import keep_dense_for_prefill, linear_weights
+
+    weight_only = quant.startswith(("int4", "mixed", "int8"))
+    if quant != "bf16":
+        progress(f"{role}: {quant} weights (cached on disk after the first time)")
+        dense = linear_weights(model) if weight_only else {}
+        apply_quantization(model, quant, source, cache_dir)
+        if not weight_only:
+            own_remaining_weights(model)  # nothing dense is kept: let the file's pages go
+        if weight_only:
+            # torch's weight-only kernels are slow on many rows: prefills (32+ rows) run on
+            # the bf16 weights, decode steps and verifies on the quantized ones. For the
+            # target that defines the model whose output speculation reproduces: the same
+            # path serves plain and speculative decoding. (W8A8 prefills are faster on int8.)
+            keep_dense_for_prefill(model, dense)
+            if role == "target" and quant.startswith(("int4", "mixed")):
+                options.max_k = INT4_TARGET_MAX_K
+    ready_for_lean_steps(model, role, options.lean_steps, progress)
+
+
+def ready_for_lean_steps(model: Any, role: str, lean_steps: bool, progress: Callable[[str], None]) -> None:
+    """Fuse, pack and check the layers the lean steps call, after quantization."""
+    from lsp_server.engine.lean_step import ROWS_INDEPENDENT
+    from lsp_server.models import w8a8
+    from lsp_server.models.fuse import fuse_projections, lean_linears
+    from lsp_server.models.lm_head import flatten_head_input
+    from lsp_server.models.packed import pack_linears
+
+    # bf16 layers left (all of them in a bf16 model) get oneDNN-packed copies for the
+    # lean steps: the same kernel on a better layout (calls of 1-3 rows padded to 4,
+    # models.packed), ~2x faster steps, the bf16 weights' memory again.
+    pack = lean_steps and next(model.parameters()).device.type == "cpu"
+    fuse_projections(model, pack_bf16=pack)  # q/k/v and gate/up in one call each on lean steps
+    if pack and pack_linears(model):
+        progress(f"{role}: bf16 layers packed for oneDNN (faster CPU steps)")
+    flatten_head_input(model)  # after quantization, which may replace the head
+    layers = lean_linears(model)
+    if layers and all(isinstance(layer, w8a8.W8A8Linear) for _, layer in layers):
+        # Checked layer by layer: close to the dequantized product, rows independent. The
+        # first call also builds zentorch's cached copy of each weight, now and not in
+        # the first completion.
+        problems = w8a8.warm(layers)
+        if problems:
+            raise ValueError(f"{role}: zentorch's int8 kernel computes wrong numbers here "
+                             f"({problems[0]}); set model.quant and model.draftQuant to int4-g32")
+        setattr(model, ROWS_INDEPENDENT, True)
+        progress(f"{role}: {len(layers)} W8A8 layers checked (rows independent: verifies are exact)")
+
+
+# A short piece of code run through the engine at load: every kernel and shape a completion
+# uses (prefill, draft head, verifies) is called once before the first real request.
+WARM_UP_CODE = "import os\n\n\ndef read(path):\n    with open(path) as f:\n        return f.read()\n"
+# Acceptance of the draft in its most predictable contexts (boilerplate: 0.9-0.97 in
+# `specfill bench policy`): the most draft tokens a round takes is the k that pays even there.
+CAP_ACCEPTANCE = 0.95
+# Target feeds timed at load: 1..COST_ROWS rows, i.e. k up to COST_ROWS - 1.
+COST_ROWS = 13
+
+
+def warm_up(engine: Any, prompt: list[int]) -> None:
+    from lsp_server.engine.types import CompletionRequest, DraftPolicy
+
+    policy = DraftPolicy(context="warm-up", max_new_tokens=8, mode="fixed", k_init=4)
+    for _ in engine.generate(CompletionRequest("warm-up", tuple(prompt), policy)):
+        pass
+    engine.clear_caches()
+    with engine.memory.lock:
+        engine.memory.by_context.pop(policy.context, None)
+
+
+def measure_costs(engine: Any, prompt: list[int]) -> Any:
+    from lsp_server.engine.costs import measure
+
+    target = engine.pool.slots[0]
+    draft = engine.drafter.pool.slots[0]
+    try:
+        return measure(target, draft, prompt, COST_ROWS)
+    finally:
+        engine.clear_caches()
+
+
+def plausible(costs: Any) -> bool:
+    """A draft step measured slower than a target step means another process had the cores:
+    the 0.5B draft reads a third of the 1.5B target's weights."""
+    return costs.draft < costs.target[0]
+
+
+def describe_costs(costs: Any) -> str:
+    rows = ", ".join(f"{r}: {t * 1e3:.0f}" for r, t in enumerate(costs.target, 1) if r in (1, 2, 4, 5, 8, 13))
+    return f"target feed ms by rows {{{rows}}}, draft step {costs.draft * 1e3:.1f} ms"
+
+
+def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
+    from lsp_server.engine.costs import best_k
+    from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
+    from lsp_server.models.loader import load_pair
     from lsp_server.prompt import FimTokens
 
     m = config.model
+    for line in kernel_lines():
+        progress(line)
     progress(f"loading {m.target} (target) and {m.draft} (draft)")
     pair = load_pair(m.target, m.draft, dtype=m.dtype, device=m.device,
                      cache_dir=m.cacheDir or None)
     options = EngineOptions()
     for role, model, quant in (("target", pair.target, m.quant), ("draft", pair.draft, m.draftQuant)):
         quant = resolve_quant(quant, role, pair.device.type, pair.dtype)
-        if quant != "bf16":
-            progress(f"{role}: {quant} weights (cached on disk after the first time)")
-            dense = linear_weights(model)
-            apply_quantization(model, quant, getattr(pair.info, role).source, m.cacheDir or None)
-            # The quantized kernels are slow on many rows: prefills (32+ rows) run on the
-            # bf16 weights, decode steps and verifies on the quantized ones. For the target
-            # that defines the model whose output speculation reproduces: the same path
-            # serves plain and speculative decoding.
-            keep_dense_for_prefill(model, dense)
-            if role == "target" and quant.startswith(("int4", "mixed", "w8a8")):
-                options.max_k = INT4_TARGET_MAX_K
-        # bf16 layers left (all of them in a bf16 model) get oneDNN-packed copies for the
-        # lean steps: the same kernel on a better layout (calls of 1-3 rows padded to 4,
-        # models.packed), ~2x faster steps, the bf16 weights' memory again.
-        pack = options.lean_steps and pair.device.type == "cpu"
-        fuse_projections(model, pack_bf16=pack)  # q/k/v and gate/up in one call each on lean steps
-        packed = pack_linears(model) if pack else 0
-        if packed:
-            progress(f"{role}: bf16 layers packed for oneDNN (faster CPU steps)")
-        flatten_head_input(model)  # after quantization, which may replace the head
+        _prepare(model, role, quant, getattr(pair.info, role).source, m.cacheDir or None, options, progress)
     special = pair.special_tokens
     missing = [t for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>") if t not in special]
     if missing:
@@ -117,6 +204,20 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
         # Text that merely looks like a special token stays text.
         return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
 
+    warm_prompt = [fim.prefix, *encode(WARM_UP_CODE), fim.suffix, fim.middle]
+    warm_up(engine, warm_prompt)
+    if pair.draft is not None and options.lean_steps and pair.device.type == "cpu":
+        costs = measure_costs(engine, warm_prompt)
+        if not plausible(costs):  # a busy moment: once more before giving up on them
+            costs = measure_costs(engine, warm_prompt)
+        if plausible(costs):
+            engine.costs = costs
+            options.max_k = max(1, best_k(costs, CAP_ACCEPTANCE))
+            progress(f"measured round costs: {describe_costs(costs)}; "
+                     f"drafting at most {options.max_k} tokens a round pays here")
+        else:
+            progress(f"round costs not measured cleanly (busy CPU? {describe_costs(costs)}); "
+                     "the syntax policy's k bounds apply as they are")
     lines = pair.info.lines()
     for line in lines:
         progress(line)

@@ -3,13 +3,23 @@
 Every runner gets the same fill-in-the-middle prompt token ids, decodes greedily to the same
 stop ids and token budget, and is timed end to end from a cold cache (prefill included):
 
-- llama.cpp plain: `llama_cpp.Llama` on the target's GGUF, as published (Q4_K_M).
+- llama-server plain: llama.cpp's own C++ server (what llama.vscode and llama.vim users run),
+  built by `scripts/build-llama-server.sh`, on the target's GGUF, fed the same token ids over
+  its streaming `/completion` (no prompt cache). The faster llama.cpp row.
+- llama.cpp plain: `llama_cpp.Llama` on the target's GGUF, as published (Q4_K_M), through
+  llama-cpp-python's Python generate loop.
 - llama.cpp prompt-lookup: the same with `LlamaPromptLookupDecoding` as its drafter. It needs
   `logits_all=True`, or it crashes once prompt + output pass 512 tokens; llama-cpp-python
   can't take a second GGUF as a draft model, so this is its only speculative mode.
 - specfill <mode> plain / speculative: our engine, target and draft loaded from the converted
   safetensors and quantized with `apply_quant` (bf16, int8, int4-gN, mixed-gN; "T/D" gives
   the draft its own mode, e.g. "bf16/int4-g32").
+
+Same work on every side: one stop set (every special token of the tokenizer, what the
+server stops on), and tokens per second over the same number of tokens: for each prompt the
+shorter of the two outputs sets n, and each side is timed to its n-th token (token arrival
+times are recorded; a speculative round's tokens arrive together). The share of prompts
+with identical outputs is reported beside it.
 
 The load on a shared CPU drifts by minutes, so comparisons are paired: the llama.cpp models
 stay loaded, and each specfill mode is a block in which llama.cpp plain and that mode's
@@ -33,8 +43,8 @@ from typing import Any, Callable
 from lsp_server.bench.report import bar_plot, machine_info, markdown_table, median, plain_args, write_json
 from lsp_server.engine.types import common_prefix_len
 
-LLAMA_MODES = ("plain", "prompt-lookup")
-SPECFILL_MODES = "bf16,int8,int4-g32,mixed-g32,w8a8-g32"
+LLAMA_MODES = ("server", "plain", "prompt-lookup")
+SPECFILL_MODES = "w8a8,int4-g32"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,8 +74,12 @@ class Prompt:
 # --- llama.cpp -----------------------------------------------------------------------------
 
 
-def llama_cpp_missing() -> str | None:
-    """Why llama.cpp rows can't run, or None."""
+def llama_cpp_missing(mode: str) -> str | None:
+    """Why a llama.cpp row can't run, or None."""
+    if mode == "server":
+        from lsp_server.backends.llama_binary import llama_server_path
+
+        return None if llama_server_path() else "no llama-server built: run `make llama-server` (about 8 min)"
     try:
         import llama_cpp  # noqa: F401
     except ImportError:
@@ -88,20 +102,62 @@ class LlamaRunner:
     def run(self, ids: list[int], max_new: int, stop_ids: set[int]) -> dict[str, Any]:
         self.llm.reset()  # cold: no KV prefix carried over from the previous prompt
         out: list[int] = []
-        ttft = None
+        times: list[float] = []
         t = time.perf_counter()
         tokens = self.llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0)
         for token in tokens:
-            ttft = ttft if ttft is not None else time.perf_counter() - t
             if token in stop_ids:
                 break
             out.append(int(token))
+            times.append(time.perf_counter() - t)
             if len(out) >= max_new:
                 break
         tokens.close()
-        elapsed = time.perf_counter() - t
-        return {"tokens": out, "n": len(out), "seconds": elapsed, "ttft_s": ttft,
-                "tokens_per_s": len(out) / elapsed if elapsed else 0.0}
+        return timed_result(out, times, time.perf_counter() - t)
+
+
+class LlamaServerRunner:
+    """llama.cpp's C++ `llama-server` on loopback, fed token ids over streaming /completion."""
+
+    def __init__(self, gguf: Path, n_ctx: int, threads: int):
+        from lsp_server.backends.llama_binary import LlamaServerProcess
+
+        self.server = LlamaServerProcess(gguf, threads=threads, ctx=n_ctx).start()
+
+    def run(self, ids: list[int], max_new: int, stop_ids: set[int]) -> dict[str, Any]:
+        import json
+
+        import httpx
+
+        body = {"prompt": ids, "n_predict": max_new, "stream": True, "cache_prompt": False,
+                "temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
+                "return_tokens": True, "samplers": ["top_k"]}
+        out: list[int] = []
+        times: list[float] = []
+        t = time.perf_counter()
+        with httpx.stream("POST", self.server.url + "/completion", json=body, timeout=120.0) as response:
+            response.raise_for_status()
+            for line in response.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                chunk = json.loads(line[len("data: "):])
+                for token in chunk.get("tokens") or []:
+                    if token in stop_ids or len(out) >= max_new:
+                        break
+                    out.append(int(token))
+                    times.append(time.perf_counter() - t)
+                if chunk.get("stop") or len(out) >= max_new or any(x in stop_ids for x in chunk.get("tokens") or []):
+                    break  # closing the stream stops the server's generation
+        return timed_result(out, times, time.perf_counter() - t)
+
+    def close(self) -> None:
+        self.server.stop()
+
+
+def timed_result(tokens: list[int], times: list[float], seconds: float) -> dict[str, Any]:
+    return {"tokens": tokens, "n": len(tokens), "seconds": seconds, "token_times_s": times,
+            "ttft_s": times[0] if times else None,
+            "tokens_per_s": len(tokens) / seconds if seconds else 0.0}
 
 
 # --- specfill ------------------------------------------------------------------------------
@@ -118,16 +174,24 @@ def load_specfill(target: str, draft: str, modes: str) -> Any:
     return load_runtime(Config(model=model), lambda line: print(f"[load] {line}", flush=True))
 
 
-def specfill_runners(modes: str, args: argparse.Namespace,
-                     warm_up: Prompt) -> dict[str, Callable[[Prompt], dict[str, Any]]]:
+def specfill_runners(modes: str, args: argparse.Namespace, warm_up: Prompt,
+                     stop_ids: set[int]) -> dict[str, Callable[[Prompt], dict[str, Any]]]:
     """Plain and speculative decoding with one loaded, quantized pair."""
     from lsp_server.bench.engine_bench import Runner
 
     target, draft = pair_names(args)
     runner = Runner(load_specfill(target, draft, modes), args)
+    runner.stop_ids = sorted(set(runner.stop_ids) | stop_ids)
     runner.run("target", warm_up.ids[:16])  # first-call allocations
-    return {f"specfill {modes} plain": lambda p: runner.run("target", p.ids),
-            f"specfill {modes} speculative": lambda p: runner.run("specfill", p.ids)}
+
+    def run(mode: str, prompt: Prompt) -> dict[str, Any]:
+        row = runner.run(mode, prompt.ids)
+        row["token_times_s"] = row["stats"]["token_times_s"]
+        row["ttft_s"] = row["stats"]["ttft_s"]
+        return row
+
+    return {f"specfill {modes} plain": lambda p: run("target", p),
+            f"specfill {modes} speculative": lambda p: run("specfill", p)}
 
 
 # --- glue ----------------------------------------------------------------------------------
@@ -160,9 +224,10 @@ def build_prompts(args: argparse.Namespace) -> tuple[list[Prompt], set[int]]:
     encode = encoder(tokenizer)
     prompts = [Prompt(p.name, build_fim_prompt(p.prefix, p.suffix, encode, QWEN_FIM, ContextBudget(), "psm").ids)
                for p in load_prompts(args.prompts, args.limit)]
-    vocab = tokenizer.get_vocab()
-    stops = {vocab[t] for t in ("<|endoftext|>", "<|im_end|>") if t in vocab}
-    return prompts, stops | {QWEN_FIM.prefix, QWEN_FIM.suffix, QWEN_FIM.middle}
+    from lsp_server.runtime import special_token_ids
+
+    # What the server stops on: every special token (runtime.load_runtime), on every side.
+    return prompts, special_token_ids(tokenizer) | {QWEN_FIM.prefix, QWEN_FIM.suffix, QWEN_FIM.middle}
 
 
 def tokens_per_s(results: list[dict[str, Any]]) -> float:
@@ -186,42 +251,76 @@ def summarize_row(name: str, results: list[dict[str, Any]], reference: list[dict
     if reference is not None:
         by_prompt = {r["prompt"]: r["tokens"] for r in reference}
         pairs = [(r["tokens"], by_prompt[r["prompt"]]) for r in results if r["prompt"] in by_prompt]
-        row["identical_to_llamacpp_plain"] = sum(a == b for a, b in pairs) / len(pairs) if pairs else None
-        row["common_prefix_share_vs_llamacpp_plain"] = median(
+        row["identical_to_reference"] = sum(a == b for a, b in pairs) / len(pairs) if pairs else None
+        row["common_prefix_share_vs_reference"] = median(
             [common_prefix_len(a, b) / max(1, len(b)) for a, b in pairs])
     return row
 
 
-def paired_ratios(results: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
-    """specfill tokens/s over llama.cpp plain's, each over the blocks the specfill row ran in."""
-    llama = results.get("llama.cpp plain", [])
+def reference_name(results: dict[str, list[dict[str, Any]]]) -> str | None:
+    """The llama.cpp row the specfill rows are compared with: the C++ server where it ran
+    (the faster of the two), else llama-cpp-python's loop."""
+    for name in ("llama-server", "llama.cpp plain"):
+        if name in results:
+            return name
+    return None
+
+
+def time_to(run: dict[str, Any], n: int) -> float:
+    """Seconds from the start of a run to its n-th token (n >= 1)."""
+    times = run.get("token_times_s") or []
+    return times[n - 1] if len(times) >= n else run["seconds"]
+
+
+def equal_n_rates(runs: list[dict[str, Any]], reference: list[dict[str, Any]]) -> tuple[float, float, int]:
+    """Tokens/s of `runs` and of `reference` over the same number of tokens per prompt (the
+    shorter output's), prompts of the same block paired; and how many tokens that is."""
+    ref = {(r["prompt"], r["block"]): r for r in reference}
+    n_total, t_runs, t_ref = 0, 0.0, 0.0
+    for r in runs:
+        other = ref.get((r["prompt"], r["block"]))
+        n = min(r["n"], other["n"]) if other else 0
+        if n:
+            n_total += n
+            t_runs += time_to(r, n)
+            t_ref += time_to(other, n)
+    return (n_total / t_runs if t_runs else 0.0), (n_total / t_ref if t_ref else 0.0), n_total
+
+
+def paired_ratios(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """Each specfill row over the reference llama.cpp row: tokens/s over the same tokens."""
+    name_ref = reference_name(results)
     ratios = {}
     for name, runs in results.items():
-        blocks = {r["block"] for r in runs}
-        reference = tokens_per_s([r for r in llama if r["block"] in blocks])
-        if name.startswith("specfill") and reference:
-            ratios[name] = tokens_per_s(runs) / reference
+        if name.startswith("specfill") and name_ref:
+            ours, theirs, n = equal_n_rates(runs, results[name_ref])
+            if theirs:
+                ratios[name] = {"ratio": ours / theirs, "tokens_per_s": ours,
+                                "reference_tokens_per_s": theirs, "tokens": n}
     return ratios
 
 
 def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    summary: dict[str, Any] = {"tokens_per_s": {r["name"]: r["tokens_per_s"] for r in rows}}
+    summary: dict[str, Any] = {"tokens_per_s": {r["name"]: r["tokens_per_s"] for r in rows},
+                               "reference": reference_name(results)}
     ratios = paired_ratios(results)
     if ratios:
-        best = max(ratios, key=lambda name: ratios[name])
-        summary["specfill_vs_llamacpp_plain"] = {"per_mode": ratios, "best_mode": best, "best": ratios[best]}
+        best = max(ratios, key=lambda name: ratios[name]["ratio"])
+        summary["specfill_vs_llamacpp"] = {"per_mode": ratios, "best_mode": best, "best": ratios[best]["ratio"]}
     return summary
 
 
 def write_report(out: Path, summary: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    ratios = (summary.get("specfill_vs_llamacpp_plain") or {}).get("per_mode", {})
+    ratios = (summary.get("specfill_vs_llamacpp") or {}).get("per_mode", {})
+    ref = summary.get("reference") or "llama.cpp"
     table = markdown_table(
-        ["runner", "tokens/s", "x llama.cpp plain (paired)", "median prompt tok/s", "median TTFT s",
-         "acceptance", "same as llama.cpp", "load avg"],
-        [[r["name"], r["tokens_per_s"], ratios.get(r["name"]), r["median_prompt_tokens_per_s"], r["median_ttft_s"],
-          r.get("acceptance_rate"), r.get("identical_to_llamacpp_plain"), r["load_average_1min"]] for r in rows])
-    vs = summary.get("specfill_vs_llamacpp_plain") or {}
-    best = f"\nbest specfill / llama.cpp plain: {vs['best']:.2f}x ({vs['best_mode']})\n" if vs.get("best") else ""
+        ["runner", "tokens/s", f"x {ref} (same tokens)", "median prompt tok/s", "median TTFT s",
+         "acceptance", f"same output as {ref}", "load avg"],
+        [[r["name"], r["tokens_per_s"], (ratios.get(r["name"]) or {}).get("ratio"), r["median_prompt_tokens_per_s"],
+          r["median_ttft_s"], r.get("acceptance_rate"), r.get("identical_to_reference"), r["load_average_1min"]]
+         for r in rows])
+    vs = summary.get("specfill_vs_llamacpp") or {}
+    best = f"\nbest specfill / {ref}: {vs['best']:.2f}x ({vs['best_mode']})\n" if vs.get("best") else ""
     header = (f"# specfill bench peers\n\n{args.prompts}, {args.limit} prompts, {args.max_new_tokens} new tokens, "
               f"greedy, cold caches, {os.environ.get('OMP_WAIT_POLICY', 'default')} OpenMP wait policy\n\n")
     (out / "results.md").write_text(header + table + best)
@@ -235,12 +334,22 @@ def llama_runners(args: argparse.Namespace, prompts: list[Prompt], gguf: Path, s
     unknown = set(modes) - set(LLAMA_MODES)
     if unknown:
         raise SystemExit(f"unknown llama.cpp modes: {', '.join(sorted(unknown))}")
+    for mode in list(modes):
+        missing = llama_cpp_missing(mode)
+        if missing:
+            print(f"skipping llama.cpp {mode}: {missing}", flush=True)
+            modes.remove(mode)
     n_ctx = max(len(p.ids) for p in prompts) + args.max_new_tokens + args.lookup_tokens + 16
     runners = {}
     for mode in modes:
-        llama = LlamaRunner(gguf, n_ctx, threads, args.lookup_tokens if mode == "prompt-lookup" else None)
+        if mode == "server":
+            llama: Any = LlamaServerRunner(gguf, n_ctx, threads)
+            name = "llama-server"
+        else:
+            llama = LlamaRunner(gguf, n_ctx, threads, args.lookup_tokens if mode == "prompt-lookup" else None)
+            name = f"llama.cpp {mode}"
         llama.run(prompts[0].ids[:16], 2, stop_ids)  # warm-up: first-call allocations
-        runners[f"llama.cpp {mode}"] = lambda p, llama=llama: llama.run(p.ids, args.max_new_tokens, stop_ids)
+        runners[name] = lambda p, llama=llama: llama.run(p.ids, args.max_new_tokens, stop_ids)
     return runners
 
 
@@ -265,23 +374,19 @@ def run(args: argparse.Namespace) -> int:
     def record(name: str, block: int, prompt: Prompt, result: dict[str, Any]) -> None:
         results.setdefault(name, []).append({"prompt": prompt.name, "block": block, **result})
         load[name] = os.getloadavg()[0]
-        reference = results.get("llama.cpp plain")
-        rows[:] = [summarize_row(n, rs, reference if n != "llama.cpp plain" else None, load[n])
+        ref = reference_name(results)
+        rows[:] = [summarize_row(n, rs, results[ref] if ref and n != ref else None, load[n])
                    for n, rs in results.items()]
         write_json(out / "results.json", {"summary": summarize(rows, results), **info, "rows": rows,
                                           "results": results})
 
-    missing = llama_cpp_missing() if args.llama_modes else None
-    if missing:
-        print(f"skipping llama.cpp: {missing}", flush=True)
-        info["llama_cpp_skipped"] = missing
-    llama = {} if missing else llama_runners(args, prompts, gguf, stop_ids, threads)
+    llama = llama_runners(args, prompts, gguf, stop_ids, threads)
     blocks = [m.strip() for m in args.specfill_modes.split(",") if m.strip()] or [None]
     for block, modes in enumerate(blocks):
         print(f"block {block}: specfill {modes or '(none)'} with llama.cpp ...", flush=True)
-        runners = {name: fn for name, fn in llama.items() if block == 0 or name == "llama.cpp plain"}
+        runners = {name: fn for name, fn in llama.items() if block == 0 or name == reference_name(llama)}
         if modes:
-            runners.update(specfill_runners(modes, args, prompts[0]))
+            runners.update(specfill_runners(modes, args, prompts[0], stop_ids))
         names = list(runners)
         for i, prompt in enumerate(prompts):
             for name in names[i % len(names):] + names[:i % len(names)]:  # rotate: nobody always first

@@ -10,9 +10,14 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+from .costs import RowCosts, best_k
 from .types import DraftPolicy
 
 ENTROPY_EMA = 0.5  # weight of the newest round's mean target entropy
+# The request's acceptance so far is blended with a prior worth this many drafted tokens
+# (the context's remembered rate, else PRIOR_ACCEPTANCE) before the cost model uses it.
+PRIOR_TOKENS = 8
+PRIOR_ACCEPTANCE = 0.8
 
 
 @dataclass
@@ -63,20 +68,36 @@ def clamp(x: int, lo: int, hi: int) -> int:
 
 
 class Controller:
-    def __init__(self, policy: DraftPolicy, memory: AcceptanceMemory | None = None):
+    def __init__(self, policy: DraftPolicy, memory: AcceptanceMemory | None = None,
+                 costs: RowCosts | None = None):
         self.policy = policy
         self.memory = memory
+        self.costs = costs if policy.mode == "adaptive" else None
         adaptive = policy.mode == "adaptive"
         self.k = memory.suggested_k(policy) if (memory and adaptive) else policy.k_init
         self.plain = policy.mode == "off" or policy.k_max <= 0
         self.entropy_ema: float | None = None
+        self.drafted = self.accepted = 0
+        prior = memory.snapshot().get(policy.context) if memory is not None else None
+        self.prior = prior["acceptance_rate"] if prior and prior["drafted"] >= PRIOR_TOKENS else PRIOR_ACCEPTANCE
 
     @property
     def entropy_switching(self) -> bool:
         return self.policy.mode == "adaptive" and self.policy.entropy_high > 0
 
+    @property
+    def acceptance(self) -> float:
+        """This request's acceptance so far, pulled towards the prior while evidence is thin."""
+        return (self.accepted + PRIOR_TOKENS * self.prior) / (self.drafted + PRIOR_TOKENS)
+
     def next_k(self) -> int:
-        return 0 if self.plain else self.k
+        """The heuristic's k, capped by the k that the measured round costs say pays most
+        at this acceptance (0: a plain round beats any draft here)."""
+        if self.plain:
+            return 0
+        if self.costs is None:
+            return self.k
+        return min(self.k, best_k(self.costs, self.acceptance, self.policy.k_max))
 
     def observe(self, drafted: int, accepted: int, target_entropy: float | None) -> None:
         """Learn from one round: +2 when every drafted token was accepted, -1 after a
@@ -87,6 +108,7 @@ class Controller:
         and k stays. Shrinking k there cuts the next confident run short (measured in
         `specfill bench policy`: +2/-1 alone lost to a fixed k of 8 with the stop)."""
         p = self.policy
+        self.drafted, self.accepted = self.drafted + drafted, self.accepted + accepted
         if drafted and self.memory is not None:
             self.memory.record(p.context, drafted, accepted)
         if drafted and p.mode == "adaptive":

@@ -19,12 +19,13 @@ output keeps the target's distribution (a proposal q with zeros is still a propo
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch.nn import functional as F
 
 from ..models.quantize import Int4Linear
+from ..models.w8a8 import W8A8Linear
 
 DEFAULT_COMMON = 49152
 # The int4 kernel's packed rows come in blocks: a prefix of a multiple of this many rows
@@ -36,9 +37,9 @@ class DraftHead:
     """Logits [T, V] from final hidden states [T, H]: the common ids and the request's own
     (prompt and output) scored, -inf everywhere else."""
 
-    def __init__(self, common: Int4Linear, rows: torch.Tensor, vocab: int):
+    def __init__(self, common: torch.nn.Module, rows: Callable[[torch.Tensor], torch.Tensor], vocab: int):
         self.common = common  # scores ids 0..common.out_features-1
-        self.rows = rows  # [V, H] dense rows to score the request's rarer ids from
+        self.rows = rows  # ids [m] -> their dense bf16 rows [m, H], to score rarer ids with
         self.vocab = vocab
         self.focus(())
 
@@ -50,7 +51,7 @@ class DraftHead:
         """Score the prompt's own tokens from now on, instead of the previous request's."""
         self._extra: set[int] = set()
         self.extra_ids = torch.empty(0, dtype=torch.long)
-        self.extra_rows = self.rows[:0]
+        self.extra_rows = self.rows(self.extra_ids)  # [0, H]
         self.include(prompt_ids)
 
     def include(self, ids: Sequence[int]) -> None:
@@ -61,7 +62,7 @@ class DraftHead:
             self._extra.update(new)
             added = torch.tensor(new, dtype=torch.long)
             self.extra_ids = torch.cat([self.extra_ids, added])
-            self.extra_rows = torch.cat([self.extra_rows, self.rows[added]])  # [m, H]
+            self.extra_rows = torch.cat([self.extra_rows, self.rows(added)])  # [m, H]
 
     def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
         hidden = hidden.reshape(-1, hidden.shape[-1])  # [T, H]
@@ -75,20 +76,29 @@ class DraftHead:
 
 def draft_head(model: torch.nn.Module, common: int = DEFAULT_COMMON) -> DraftHead | None:
     """A pruned head for `model`, or None where it would not pay or cannot be built: the
-    head must run torch's int4 kernel (the CPU default; a prefix of its packed rows is a
-    valid matrix) and its rows must also exist densely, to score the prompt's rarer ids:
-    the bf16 weights kept for prefills (the runtime keeps them), or tied input embeddings."""
+    head must be quantized so that a prefix of its rows is itself a valid layer (torch's
+    int4 kernel: whole blocks of packed rows; W8A8: plain int8 rows), and the rows for the
+    prompt's rarer ids must be at hand densely: the bf16 weights kept for prefills, tied
+    input embeddings, or (W8A8) the int8 rows times their scales."""
     head = model.get_output_embeddings()
     vocab = getattr(head, "out_features", 0)
-    common = common // _ROW_BLOCK * _ROW_BLOCK
-    if not isinstance(head, Int4Linear) or head.bias is not None or not 0 < common < vocab:
+    if isinstance(head, Int4Linear):
+        common = common // _ROW_BLOCK * _ROW_BLOCK
+    if not isinstance(head, (Int4Linear, W8A8Linear)) or head.bias is not None or not 0 < common < vocab:
         return None
-    rows = head.dense
-    if rows is None and getattr(model.config, "tie_word_embeddings", False):
-        rows = model.get_input_embeddings().weight
-    if rows is None or tuple(rows.shape) != (vocab, head.in_features):
+    if isinstance(head, W8A8Linear):
+        cut = W8A8Linear.from_int8(head.weight[:common], head.scales[:common])  # views, no copy
+
+        def dequantized(ids: torch.Tensor) -> torch.Tensor:
+            return (head.weight[ids].float() * head.scales[ids, None]).to(torch.bfloat16)
+
+        return DraftHead(cut, dequantized, vocab)
+    dense = head.dense
+    if dense is None and getattr(model.config, "tie_word_embeddings", False):
+        dense = model.get_input_embeddings().weight
+    if dense is None or tuple(dense.shape) != (vocab, head.in_features):
         return None
     cut = Int4Linear(head.in_features, common, bias=False, group_size=head.group_size)
     cut.weight = head.weight[:common]  # rows lead: a prefix is contiguous, no copy
     cut.scales_and_zeros = head.scales_and_zeros[:, :common].contiguous()
-    return DraftHead(cut, rows, vocab)
+    return DraftHead(cut, lambda ids: dense[ids], vocab)

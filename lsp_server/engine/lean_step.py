@@ -22,6 +22,7 @@ import sys
 from typing import Callable
 
 import torch
+from torch.nn import functional as F
 
 from ..models.attention import packed_gqa_attention
 from ..models.packed import linear
@@ -122,6 +123,47 @@ def _fused(owner: torch.nn.Module, name: str, rows: int):
     return fused if fused is not None and rows <= fused.max_rows else None
 
 
+# Set on a model whose every layer a lean step calls computes each row on its own (W8A8 on
+# zentorch): then verifies run attention one query row at a time, as the single steps at
+# those positions do, so a verify of k+1 rows computes exactly what k+1 steps compute.
+ROWS_INDEPENDENT = "_specfill_rows_independent"
+# Verifies; longer feeds are prompts, which plain and speculative decoding read alike.
+ROW_BY_ROW_MAX_ROWS = 16
+
+
+def rows_independent(model: torch.nn.Module) -> bool:
+    return bool(getattr(model, ROWS_INDEPENDENT, False))
+
+
+def _attention(attn: torch.nn.Module, q: torch.Tensor, kv: StaticKV, layer: int, past: int,
+               mask: torch.Tensor | None, row_by_row: bool) -> torch.Tensor:
+    """Attention output [T, H, D] for queries q [H, T, D] at positions past..past+T-1.
+
+    The same attention function as the model's own forward on a CPU (packed query rows for
+    steps and verifies, transformers' sdpa for longer feeds). SDPA's kernels block their
+    work by the number of query rows, so a row's numbers depend on the rows beside it; with
+    `row_by_row` each row is its own call on exactly the keys a step there would see."""
+    keys, values = kv.keys[layer, None], kv.values[layer, None]  # [1, KV, capacity, D]
+    if not row_by_row:
+        out, _ = packed_gqa_attention(attn, q[None], keys[:, :, :past + q.shape[1]],
+                                      values[:, :, :past + q.shape[1]], mask, scaling=attn.scaling)
+        return out[0]
+    heads, rows, dim = q.shape
+    kv_heads = keys.shape[1]
+    if heads == kv_heads:  # no shared heads: the standard path, row by row
+        return torch.cat([packed_gqa_attention(attn, q[None, :, j:j + 1], keys[:, :, :past + j + 1],
+                                               values[:, :, :past + j + 1], None, scaling=attn.scaling)[0][0]
+                          for j in range(rows)])
+    # What packed_gqa_attention does for a one-row step (one SDPA call per key/value head
+    # group, query heads folded in), called directly: T calls per layer, so its Python
+    # checks would cost more than the attention of a short verify.
+    packed = q.reshape(kv_heads, heads // kv_heads, rows, dim).transpose(1, 2)  # [KV, T, g, D]
+    out = [F.scaled_dot_product_attention(packed[None, :, j].contiguous(), keys[:, :, :past + j + 1],
+                                          values[:, :, :past + j + 1], scale=attn.scaling)
+           for j in range(rows)]  # each [1, KV, g, D]
+    return torch.stack(out).reshape(rows, heads, dim)
+
+
 @torch.inference_mode()
 def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, all_logits: bool,
                  between_layers: Callable[[], None] | None = None,
@@ -139,6 +181,7 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
     cos, sin = cos[past:past + rows], sin[past:past + rows]  # [T, D]
     heads, kv_heads, dim = config.num_attention_heads, kv.kv_heads, kv.head_dim
     mask = _causal_mask(rows, past, x.device)
+    one_row_at_a_time = rows_independent(model) and 1 < rows <= ROW_BY_ROW_MAX_ROWS
     # transformers' own rotary arithmetic, from the module that defines the layers
     rope = sys.modules[type(inner.layers[0].self_attn).__module__].apply_rotary_pos_emb
     for i, layer in enumerate(inner.layers):
@@ -154,10 +197,7 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         q, k = rope(q, k, cos, sin, unsqueeze_dim=0)
         kv.keys[i, :, past:past + rows] = k
         kv.values[i, :, past:past + rows] = v
-        # The same attention function as the model's own forward on a CPU (packed query
-        # rows for steps and verifies, transformers' sdpa for longer feeds); 4-D inputs.
-        out, _ = packed_gqa_attention(attn, q[None], kv.keys[i, None, :, :past + rows],
-                                      kv.values[i, None, :, :past + rows], mask, scaling=attn.scaling)
+        out = _attention(attn, q, kv, i, past, mask, one_row_at_a_time)
         x = x + linear(attn.o_proj, out.reshape(rows, -1))
         h = layer.post_attention_layernorm(x)
         gate_up = _fused(mlp, "_specfill_gate_up", rows)

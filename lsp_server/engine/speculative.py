@@ -89,6 +89,7 @@ class SpeculativeEngine:
                 install_abort_hooks(model)
         self.lookup = PromptLookupDrafter()
         self.memory = AcceptanceMemory()
+        self.costs = None  # engine.costs.RowCosts once the runtime has timed this machine
         self._token_texts: TokenTexts | None = None  # see token_texts()
 
     # -- public -----------------------------------------------------------------
@@ -117,7 +118,7 @@ class SpeculativeEngine:
                     logits = self._plain_step(run, slot)
                 token, rest = self._choose(run, logits, rest)
                 yield from self._accept(run, [token])
-            controller = Controller(request.policy, self.memory)
+            controller = Controller(request.policy, self.memory, self.costs)
             while not run.stats.stop_reason:
                 if should_abort():
                     raise Aborted()

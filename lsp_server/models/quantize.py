@@ -15,9 +15,10 @@ outputs stay bf16:
 Modes: `bf16` (no change), `int8`, `int4`, `mixed`: int4 for each layer whose int4
 copy is within `MIXED_INT4_MAX_ERROR` of the original (on the default pair: the tensors
 that were Q4_K in the GGUF), int8 for the rest (those that were Q6_K / Q5_0 / Q8_0), and
-`w8a8`: int8 weights with int8 activations quantized per call (`w8a8.W8A8Linear`), whose
-cost barely grows with the rows of a verify, except the layers in `W8A8_WEIGHT_ONLY`,
-which stay weight-only int4.
+`w8a8`: int8 weights with int8 activations quantized per row on zentorch's kernel
+(`w8a8.W8A8Linear`), whose cost barely grows with the rows of a verify and whose rows are
+computed independently (a verify equals single steps bit for bit); every layer, the head
+included.
 
 Embeddings stay bf16: a lookup reads one row per token (1,536 values for the target), so
 quantizing it would save memory but no time. The untied `lm_head` (151,936 x 1,536, about
@@ -36,6 +37,7 @@ from torch.nn import functional as F
 
 from .quant_fit import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8, relative_error
 from .w8a8 import W8A8Linear, w8a8_available
+from .w8a8 import status as w8a8_status
 
 QuantMode = Literal["bf16", "int8", "int4", "mixed", "w8a8"]
 QUANT_MODES: tuple[QuantMode, ...] = ("bf16", "int8", "int4", "mixed", "w8a8")
@@ -47,13 +49,6 @@ DEFAULT_GROUP_SIZE = 32
 # In `mixed` mode a layer stays int4 when ||int4 - w|| / ||w|| is at most this: 0.25% for
 # Q4_K tensors of the default target, ~7% for tensors that held more bits (int8: ~1.4%).
 MIXED_INT4_MAX_ERROR = 0.01
-# Layers whose input has a few channels far larger than the rest: the down projection
-# after SwiGLU. One-off script, forced agreement with bf16 over 6 HumanEval prompts x 48
-# tokens: everything W8A8 with one activation scale per call 95.8 %, with it int4 99.3 %
-# (100 % in `bench.quant_speed`); everything W8A8 with a scale per row (as now) 99.0 %,
-# with steps flat in rows (73, 78, 87 ms for 1, 4, 8 rows) but a slower single step than
-# with int4 down projections (62-66 ms), so they stay int4.
-W8A8_WEIGHT_ONLY = ("down_proj",)
 _INT4_N_MULTIPLE = 16
 _INNER_K_TILES = 8  # unused by the CPU packing, but must be 2, 4 or 8
 
@@ -69,7 +64,7 @@ class QuantConfig:
     def __post_init__(self) -> None:
         if self.mode not in QUANT_MODES:
             raise ValueError(f"unknown quantization mode {self.mode!r}; use one of {', '.join(QUANT_MODES)}")
-        if self.mode in ("int4", "mixed", "w8a8") and self.group_size not in INT4_GROUP_SIZES:
+        if self.mode in ("int4", "mixed") and self.group_size not in INT4_GROUP_SIZES:
             raise ValueError(f"int4 group size must be one of {INT4_GROUP_SIZES}, got {self.group_size}")
 
     @classmethod
@@ -85,8 +80,9 @@ class QuantConfig:
 
     @property
     def tag(self) -> str:
-        """A short directory-safe name: bf16, int8, int4-g32, mixed-g32, int4-g32-nohead."""
-        tag = f"{self.mode}-g{self.group_size}" if self.mode in ("int4", "mixed", "w8a8") else self.mode
+        """A short directory-safe name: bf16, int8, w8a8, int4-g32, mixed-g32, int4-g32-nohead
+        (w8a8 has no int4 layers, so a group size given with it changes nothing)."""
+        tag = f"{self.mode}-g{self.group_size}" if self.mode in ("int4", "mixed") else self.mode
         if self.mode != "bf16" and not self.include_lm_head:
             tag += "-nohead"
         return tag
@@ -217,7 +213,7 @@ _MIXED_SAMPLE_ROWS = 128
 
 def quantize_linear(linear: nn.Linear, config: QuantConfig, name: str = "") -> QuantizedLinear:
     """The quantized twin of layer `name` that `config.mode` asks for (int8 where int4 can't go)."""
-    if config.mode == "w8a8" and not name.endswith(W8A8_WEIGHT_ONLY):
+    if config.mode == "w8a8":
         return W8A8Linear.from_linear(linear)
     if config.mode == "int8" or not int4_supported(linear.in_features, linear.out_features, config.group_size):
         return Int8Linear.from_linear(linear)
@@ -277,8 +273,8 @@ def quantize_model(model: nn.Module, mode: QuantMode, group_size: int = DEFAULT_
     """
     config = QuantConfig(mode, group_size, include_lm_head)
     if config.mode == "w8a8" and not w8a8_available():
-        raise ValueError("w8a8 needs torch's x86 quantized engine (fbgemm), which this torch build "
-                         "lacks; use int4 or int8")
+        raise ValueError(f"w8a8 needs zentorch's int8 kernel, which can't run here ({w8a8_status().why}); "
+                         "use int4-g32 (or `auto`)")
     model.to(torch.bfloat16).eval()
     if config.mode != "bf16":
         with torch.no_grad():
@@ -306,8 +302,7 @@ def weight_bytes(model: nn.Module) -> dict[str, int]:
     embedding_ids = {id(t) for t in embedding.parameters()} if embedding is not None and not tied else set()
     seen: set[int] = set()
     embedding_bytes = 0
-    # W8A8 layers hold their weights in the kernel's packed object, not in a tensor.
-    per_token = sum(m.packed_bytes for m in model.modules() if isinstance(m, W8A8Linear))
+    per_token = 0
     for tensor in [*model.parameters(), *model.buffers()]:
         if id(tensor) in seen:
             continue

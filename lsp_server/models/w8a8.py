@@ -1,32 +1,33 @@
-"""`nn.Linear` with int8 weights and int8 activations quantized on the fly (W8A8, dynamic).
+"""`nn.Linear` with int8 weights and int8 activations quantized per row (W8A8, dynamic),
+on zentorch's kernel (`torch.ops.zentorch.zentorch_dynamic_qlinear`, AMD's ZenDNN plugin).
 
-torch's weight-only int4 kernel is bound by its own arithmetic on this CPU, not by memory:
-one 1536 x 8960 layer takes 0.40 ms for one row and 0.78 ms for four (2 threads), so the
-few rows of a speculative verify cost almost as much as a plain step each. fbgemm's dynamic
-int8 linear (`quantized::linear_dynamic`, the `x86` engine) quantizes each call's input to
-uint8 with one scale and multiplies with integer dot-product instructions: 0.11 ms for one
-row and 0.18 ms for four on the same layer. Weights are per output channel int8 as in
-`Int8Linear`, which is what the on-disk cache stores; the kernel's packed copy is built at
-every load (~8 s for the 1.5B target here), and fbgemm keeps the int8 weights beside it.
+Why this kernel: a speculative verify feeds k+1 rows through every layer, and it pays only
+when that costs about one single-row step. torch's weight-only int4 kernel is bound by its
+own arithmetic on these CPUs (a pass over the 1.5B target's layers: 23 ms for one row,
+74 ms for five); zentorch's int8 x int8 kernel reads half the bytes of bf16 and stays
+nearly flat in rows (22 ms for one row, 28 ms for five, 32 ms for eight; issue 16's sweep).
 
-The kernel takes one input scale per call, set by the largest and smallest value among
-all the rows. A row's result would then depend on the rows beside it, and a verify of k+1
-rows would not compute what k+1 single steps compute: speculation would stop reproducing
-the model's own greedy output. So each row is scaled to largest magnitude 1 and given two
-extra inputs, -1 and +1, whose weights are 0: every call's range is exactly [-1, 1], each
-row is quantized as if alone, and the result is scaled back per row (bias added after).
+Why W8A8 is exact for speculation: the kernel quantizes each input row on its own (one
+scale per row), so every row of a k+1-row call equals the same row computed alone, bit for
+bit (checked per layer at load by `check`, and in tests): a verify computes exactly what
+k+1 single steps compute, and greedy speculation reproduces the model's own greedy output.
 
-One input scale per row is still coarse where a few input channels are far larger than the
-rest: the MLP's down projection of Qwen2-style models. There the `w8a8` mode keeps torch's
-weight-only int4 kernel (see `quantize.W8A8_WEIGHT_ONLY`).
+Weights are int8, symmetric per output channel (`quant_fit.quantize_int8`), fp32 scales.
+The kernel keeps a reordered copy of an unpacked weight in its own cache the first time it
+sees that buffer (RSS +1x those bytes; the first call is slow): `warm` calls every layer
+once at load, so no completion pays for it. Its prepacked form would avoid the copy, but
+returned wrong numbers for K >= 4,864 and was 4-5x slower at one row here; it is not used.
+A weight buffer the cache has seen is never freed or replaced while the model lives, so a
+new tensor at the same address can never meet a stale cache entry.
 
-On CPUs without VNNI, fbgemm adds pairs of uint8 x int8 products in saturating 16 bits;
-inputs limited to 7 bits (`reduce_range`) cannot overflow there.
+Where zentorch is missing or fails its check (`status`), the `w8a8` mode is refused with a
+way out, and the runtime's `auto` falls back to torch's int4 kernels.
 """
 
 from __future__ import annotations
 
-import warnings
+import platform
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -34,50 +35,78 @@ from torch import nn
 
 from .quant_fit import quantize_int8
 
-_ENGINE = "x86"
+# A layer's int8 product must be this close to the product with its dequantized weight.
+# Per-row int8 activations give ~0.5-1.2 % on random data; wrong kernels give 5-100x that.
+MAX_RELATIVE_ERROR = 0.05
+# Row counts checked at load: a step, verifies, and a prefill chunk.
+_CHECK_ROWS = (1, 3, 9)
+_CHECK_CHANNELS = 512
+
+
+@dataclass(frozen=True)
+class KernelStatus:
+    usable: bool
+    why: str  # what runs, or why not: shown by the load log and `specfill doctor`
 
 
 @lru_cache(maxsize=1)
-def _reduce_range() -> bool:
+def status() -> KernelStatus:
+    """Whether zentorch's W8A8 kernel can run here, and why (not)."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return KernelStatus(False, f"zentorch has no build for {platform.system()} {platform.machine()}")
     try:
-        flags = open("/proc/cpuinfo").read()
-    except OSError:
-        return True
-    return not any(flag in flags for flag in ("avx512_vnni", "avx_vnni", "amx_int8"))
+        import zentorch  # noqa: F401  registers torch.ops.zentorch
+    except Exception as err:  # ImportError, or a binary that does not load on this CPU
+        return KernelStatus(False, f"zentorch does not import ({type(err).__name__}: {err})"[:200])
+    try:
+        layer = W8A8Linear.from_linear(_probe_linear())
+        problem = check(layer)
+    except Exception as err:  # the op exists but can't run here (missing instructions)
+        return KernelStatus(False, f"zentorch's int8 kernel fails here ({type(err).__name__}: {err})"[:200])
+    if problem:
+        return KernelStatus(False, f"zentorch's int8 kernel computes wrong numbers here ({problem})")
+    import zentorch
+
+    return KernelStatus(True, f"zentorch {getattr(zentorch, '__version__', '?')} int8 x int8 (rows independent)")
+
+
+@lru_cache(maxsize=1)
+def _import_kernel() -> None:
+    """Register torch.ops.zentorch (an ImportError here means `status()` said no)."""
+    import zentorch  # noqa: F401
 
 
 def w8a8_available() -> bool:
-    return _ENGINE in torch.backends.quantized.supported_engines
+    return status().usable
 
 
-_RANGE_COLUMNS = 2  # the extra -1 / +1 inputs that fix every call's range
-_RANGE_ENDS = torch.tensor([[-1.0, 1.0]])  # [1, 2]: built once, not in every forward
+def _probe_linear() -> nn.Linear:
+    torch.manual_seed(0)
+    return nn.Linear(256, 96, bias=True).to(torch.bfloat16)
 
 
-def _pack(weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    """int8 [N, K] weight + [N] scales -> fbgemm's packed form (an opaque torch object) of
-    [N, K + 2]: the two range columns get weight 0."""
-    torch.backends.quantized.engine = _ENGINE
-    padded = torch.cat([weight, weight.new_zeros(weight.shape[0], _RANGE_COLUMNS)], dim=1)
-    zeros = torch.zeros(weight.shape[0], dtype=torch.long)
-    with warnings.catch_warnings():
-        # torch 2.13 warns that quantized tensor types will go in a later release; the
-        # project pins torch, and the kernels' own tests cover this path.
-        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*")
-        qweight = torch._make_per_channel_quantized_tensor(padded, scales.double(), zeros, 0)
-    return torch.ops.quantized.linear_prepack(qweight, None)
+# Every weight the kernel has seen, kept alive for the life of the process: its cache holds
+# a reordered copy keyed by the buffer, so a freed buffer's address reused by another weight
+# of the same shape would silently compute with the old values (seen here: a weight zeroed
+# in place after one call still gave the old outputs). Costs memory only where layers are
+# dropped, i.e. a model reload in the server and tests that build many models.
+_SEEN: list[torch.Tensor] = []
 
 
 class W8A8Linear(nn.Module):
-    """bf16 in, bf16 out; int8 x int8 inside. State dict: weight (int8), scales, bias."""
+    """bf16 in, bf16 out; int8 x int8 inside. State dict: weight (int8 [N, K]), scales
+    (fp32 [N]), bias (bf16 [N], optional)."""
 
     kind = "w8a8"
 
     def __init__(self, in_features: int, out_features: int, bias: bool) -> None:
         super().__init__()
+        _import_kernel()
         self.in_features, self.out_features = in_features, out_features
-        self.register_buffer("bias", torch.zeros(out_features, dtype=torch.float32) if bias else None)
-        self.packed = None  # set by from_linear or load_state_dict
+        self.register_buffer("weight", torch.empty(out_features, in_features, dtype=torch.int8))
+        self.register_buffer("scales", torch.empty(out_features, dtype=torch.float32))
+        self.register_buffer("bias", torch.empty(out_features, dtype=torch.bfloat16) if bias else None)
+        self._seen: torch.Tensor | None = None  # the weight last registered in _SEEN
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> W8A8Linear:
@@ -88,59 +117,66 @@ class W8A8Linear(nn.Module):
     def from_int8(cls, weight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None = None) -> W8A8Linear:
         """From int8 weights [N, K] and their per-channel scales [N] (and a bias [N])."""
         module = cls(weight.shape[1], weight.shape[0], bias is not None)
-        module.packed = _pack(weight, scales)
+        module.weight = weight.contiguous()
+        module.scales = scales.float().contiguous()
         if bias is not None:
-            module.bias = bias.float().clone()
+            module.bias = bias.to(torch.bfloat16).clone()
         return module
 
     def unpacked(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(int8 weight [N, K], scales [N] fp32) from the packed form."""
-        qweight, _ = torch.ops.quantized.linear_unpack(self.packed)
-        return qweight.int_repr()[:, : self.in_features], qweight.q_per_channel_scales().float()
+        """(int8 weight [N, K], scales [N] fp32)."""
+        return self.weight, self.scales
 
     def dequantized_weight(self) -> torch.Tensor:
-        weight, scales = self.unpacked()
-        return weight.float() * scales[:, None]
-
-    @property
-    def packed_bytes(self) -> int:
-        """Bytes a call reads: the packed weights and the per-channel scales."""
-        return (self.in_features + _RANGE_COLUMNS) * self.out_features + 4 * self.out_features
+        return self.weight.float() * self.scales[:, None]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features).float()  # [M, K]
-        peak = flat.abs().amax(dim=1, keepdim=True).clamp(min=1e-20)  # [M, 1]
-        ends = _RANGE_ENDS.expand(flat.shape[0], _RANGE_COLUMNS)
-        y = torch.ops.quantized.linear_dynamic(torch.cat([flat / peak, ends], dim=1), self.packed, _reduce_range())
-        y = y * peak
-        if self.bias is not None:
-            y = y + self.bias
-        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
-
-    # The packed object is not a tensor: the state dict holds its int8 contents instead.
-    def _save_to_state_dict(self, destination, prefix, keep_vars) -> None:
-        weight, scales = self.unpacked()
-        destination[prefix + "weight"] = weight.contiguous()
-        destination[prefix + "scales"] = scales
-        if self.bias is not None:
-            destination[prefix + "bias"] = self.bias
-
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                              unexpected_keys, error_msgs) -> None:
-        names = ["weight", "scales"] + (["bias"] if self.bias is not None else [])
-        missing = [prefix + n for n in names if prefix + n not in state_dict]
-        missing_keys.extend(missing)
-        unexpected_keys.extend(k for k in state_dict if k.startswith(prefix) and k[len(prefix):] not in names)
-        if missing:
-            return
-        weight = state_dict[prefix + "weight"]
-        if weight.dtype != torch.int8 or tuple(weight.shape) != (self.out_features, self.in_features):
-            error_msgs.append(f"{prefix}weight: expected int8 {self.out_features}x{self.in_features}, "
-                              f"got {weight.dtype} {tuple(weight.shape)}")
-            return
-        self.packed = _pack(weight, state_dict[prefix + "scales"])
-        if self.bias is not None:
-            self.bias = state_dict[prefix + "bias"].float().clone()
+        flat = x.reshape(-1, self.in_features)
+        if flat.dtype != torch.bfloat16 or not flat.is_contiguous():
+            flat = flat.to(torch.bfloat16).contiguous()  # [M, K]
+        if self._seen is not self.weight:
+            _SEEN.append(self.weight)
+            self._seen = self.weight
+        y = torch.ops.zentorch.zentorch_dynamic_qlinear(flat, self.weight, self.scales, self.bias)  # [M, N]
+        return y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def check(layer: W8A8Linear, rows: tuple[int, ...] = _CHECK_ROWS) -> str | None:
+    """None when `layer` computes its dequantized product closely and every row of a
+    multi-row call equals that row alone, bit for bit; else what is wrong."""
+    gen = torch.Generator().manual_seed(layer.out_features * 7 + layer.in_features)
+    x = torch.randn(max(rows), layer.in_features, generator=gen).to(torch.bfloat16)  # [M, K]
+    # The reference on a strided sample of output channels: a whole head in fp32 would be
+    # 0.9 GB and seconds of load time.
+    channels = slice(None, None, max(1, layer.out_features // _CHECK_CHANNELS))
+    with torch.inference_mode():
+        weight = layer.weight[channels].float() * layer.scales[channels, None]  # [n, K]
+        reference = x.float() @ weight.T  # [M, n]
+        if layer.bias is not None:
+            reference = reference + layer.bias[channels].float()
+        alone = [layer(x[i:i + 1]) for i in range(max(rows))]
+        for m in rows:
+            y = layer(x[:m])
+            got, want = y[:, channels].float(), reference[:m]
+            error = ((got - want).norm() / want.norm().clamp(min=1e-30)).item()
+            if not error <= MAX_RELATIVE_ERROR:
+                return f"{layer.out_features}x{layer.in_features}, {m} rows: relative error {error:.3f}"
+            if not all(torch.equal(y[i], alone[i][0]) for i in range(m)):
+                return f"{layer.out_features}x{layer.in_features}: a row of a {m}-row call differs from it alone"
+    return None
+
+
+def warm(layers: list[tuple[str, nn.Module]]) -> list[str]:
+    """Check each named W8A8 layer (see `check`); the first call also makes the kernel build
+    its cached copy of the weight now rather than in the first completion. Returns the
+    problems found (empty: all good)."""
+    problems = []
+    for name, module in layers:
+        if isinstance(module, W8A8Linear):
+            problem = check(module)
+            if problem:
+                problems.append(f"{name}: {problem}")
+    return problems

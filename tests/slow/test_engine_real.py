@@ -88,3 +88,19 @@ def test_the_targets_packed_bf16_layers_compute_the_same_logits_as_its_own_weigh
         for module, attr, value in packed:
             setattr(module, attr, value)
     assert all(torch.equal(a, b) for a, b in zip(with_packed, plain))
+
+
+def test_a_sampled_completion_on_the_real_pair_uses_the_draft_and_follows_its_seed(runtime):
+    ids = build_fim_prompt(*PROMPTS[1], runtime.encode, runtime.fim, ContextBudget(), "psm").ids
+    policy = DraftPolicy(context="test", k_init=4, k_max=8, max_new_tokens=32, stop=StopRule("none"),
+                         draft_p_min=0.0, mode="adaptive", prompt_lookup=False)
+
+    def sample(seed: int):
+        runtime.engine.clear_caches()
+        request = CompletionRequest("t", tuple(ids), policy, temperature=0.8, top_p=0.95, seed=seed)
+        return list(runtime.engine.generate(request))[-1]
+
+    first, again, other = sample(1), sample(1), sample(2)
+    assert first.stats.drafted > 0 and 0 < first.stats.accepted <= first.stats.drafted
+    assert first.token_ids == again.token_ids  # the seed decides the sample
+    assert first.text.strip() and other.text.strip()

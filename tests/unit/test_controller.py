@@ -65,3 +65,27 @@ def test_acceptance_memory_suggests_a_starting_k_after_enough_rounds() -> None:
     for _ in range(8):
         memory.record("test", drafted=6, accepted=5)
     assert memory.suggested_k(p) == 6
+
+
+def test_measured_round_costs_cap_k_where_longer_drafts_stop_paying() -> None:
+    from lsp_server.engine.costs import RowCosts
+
+    # A flat verify up to 5 rows, twice the cost from 6, and a draft step at 0.3 of a step.
+    costs = RowCosts(target=(1.0, 1.05, 1.1, 1.15, 1.2, 2.4, 2.5, 2.6, 2.7), draft=0.3)
+    c = Controller(policy(k_init=8, k_max=8), costs=costs)
+    assert c.next_k() == 3  # at the prior acceptance (0.8) a 5th draft step no longer pays
+    for _ in range(10):
+        c.observe(drafted=4, accepted=0, target_entropy=None)  # the draft is always wrong here
+    assert c.next_k() == 0  # a plain round beats any draft at this acceptance
+    fixed = Controller(policy(mode="fixed", k_init=8, k_min=8, k_max=8), costs=costs)
+    assert fixed.next_k() == 8  # fixed mode means what it says
+
+
+def test_best_k_maximises_expected_tokens_per_second() -> None:
+    from lsp_server.engine.costs import RowCosts, best_k, expected_tokens, predicted_speedup
+
+    flat = RowCosts(target=(1.0,) * 13, draft=0.1)
+    assert expected_tokens(3, 0.5) == 1 + 0.5 + 0.25 + 0.125
+    assert best_k(flat, 0.99) == 12 and best_k(flat, 0.0) == 0
+    assert predicted_speedup(flat, 0, 0.9) == 1.0
+    assert predicted_speedup(flat, 4, 0.9) == expected_tokens(4, 0.9) / 1.4

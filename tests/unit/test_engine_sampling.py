@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import Counter
 
@@ -9,7 +10,9 @@ import pytest
 import torch
 
 from lsp_server.engine.sampling import Sampling, verify_sampled, warp
-from lsp_server.engine.speculative import SpeculativeEngine
+from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
+from lsp_server.models.quantize import quantize_model
+from lsp_server.models.w8a8 import w8a8_available
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
 from tests.tiny_models import CharTokenizer, tiny_model
 
@@ -74,6 +77,29 @@ def test_speculative_sampling_matches_target_distribution_and_draft_sampling_doe
                               generator=g)
     draft_counts = Counter(outcomes[int(i)] for i in picks)
     assert chi_square(draft_counts, expected, RUNS) > CHI2_CRIT_8DOF_0001
+
+
+@pytest.mark.skipif(not w8a8_available(), reason="zentorch's int8 kernel does not run here")
+def test_speculative_sampling_follows_the_target_with_the_drafts_pruned_head(pair):
+    """The pruned draft head gives most ids probability zero (draft_head.py): a proposal
+    with zeros must still leave the target's distribution exact."""
+    target, draft = pair
+    draft = quantize_model(copy.deepcopy(draft), "w8a8")  # a W8A8 head: any prefix of rows prunes
+    s = Sampling(temperature=1.0)
+    prompt = (0, 1, 0)  # id 2 is neither common (ids < 2) nor in the prompt: the draft can't say it
+    expected = exact_sequence_probs(target, prompt, s)
+    engine = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[], options=EngineOptions(draft_vocab=2))
+    assert engine.drafter.head is not None and engine.drafter.head.n_common == 2
+    policy = DraftPolicy(context="t", k_init=2, k_min=1, k_max=2, max_new_tokens=LENGTH,
+                         stop=StopRule("none"), draft_p_min=0.0, mode="fixed", prompt_lookup=False)
+    counts: Counter = Counter()
+    drafted = 0
+    for i in range(RUNS):
+        final = list(engine.generate(CompletionRequest(f"r{i}", prompt, policy, 1.0, 1.0, i)))[-1]
+        counts[final.token_ids] += 1
+        drafted += final.stats.drafted
+    assert drafted > 0
+    assert chi_square(counts, expected, RUNS) < CHI2_CRIT_8DOF_0001
 
 
 def test_rejection_rule_first_token_follows_p_for_one_hot_and_soft_drafts():

@@ -14,25 +14,44 @@ def result(prompt: str, tokens: list[int], seconds: float, **extra: object) -> d
             "tokens_per_s": len(tokens) / seconds, **extra}
 
 
-def test_specfill_vs_llamacpp_plain_pairs_each_mode_with_llama_cpp_runs_of_its_own_block() -> None:
-    # The machine got twice as busy between blocks: llama.cpp itself slowed from 40 to 20 tok/s.
+def timed(prompt: str, n: int, seconds_per_token: float, block: int = 0, first: float = 0.0) -> dict:
+    times = [first + seconds_per_token * (i + 1) for i in range(n)]
+    return result(prompt, [1] * n, times[-1] if times else 0.0, block=block, token_times_s=times)
+
+
+def test_specfill_is_compared_with_llama_cpp_over_the_same_tokens_of_each_prompt_in_its_block() -> None:
+    # llama.cpp wrote 40 tokens of prompt "a" at 40 tok/s in block 0, and at 20 tok/s in block 1
+    # (a busier machine); specfill stopped after 10 tokens (block 0) or wrote 60 (block 1).
     results = {
-        "llama.cpp plain": [result("a", [1] * 40, 1.0, block=0), result("a", [1] * 20, 1.0, block=1)],
-        "specfill bf16 plain": [result("a", [1] * 10, 1.0, block=0)],
-        "specfill int4-g32 speculative": [result("a", [1] * 20, 1.0, block=1)],
+        "llama-server": [timed("a", 40, 1 / 40, block=0), timed("a", 40, 1 / 20, block=1)],
+        "specfill w8a8 plain": [timed("a", 10, 1 / 10, block=0)],
+        "specfill w8a8 speculative": [timed("a", 60, 1 / 40, block=1)],
     }
     rows = [summarize_row(name, runs, None, 0.1) for name, runs in results.items()]
 
-    vs = summarize(rows, results)["specfill_vs_llamacpp_plain"]
+    summary = summarize(rows, results)
+    vs = summary["specfill_vs_llamacpp"]
 
-    assert vs["per_mode"] == {"specfill bf16 plain": 0.25, "specfill int4-g32 speculative": 1.0}
-    assert (vs["best_mode"], vs["best"]) == ("specfill int4-g32 speculative", 1.0)
+    assert summary["reference"] == "llama-server"
+    assert vs["per_mode"]["specfill w8a8 plain"]["tokens"] == 10  # the shorter output sets n
+    assert vs["per_mode"]["specfill w8a8 plain"]["ratio"] == pytest.approx(10 / 40)
+    assert vs["per_mode"]["specfill w8a8 speculative"]["tokens"] == 40
+    assert vs["per_mode"]["specfill w8a8 speculative"]["ratio"] == pytest.approx(2.0)
+    assert (vs["best_mode"], vs["best"]) == ("specfill w8a8 speculative", pytest.approx(2.0))
+
+
+def test_the_cpp_server_is_the_reference_where_it_ran_else_llama_cpp_python() -> None:
+    results = {"llama.cpp plain": [timed("a", 10, 0.1)], "specfill w8a8 plain": [timed("a", 10, 0.05)]}
+    rows = [summarize_row(name, runs, None, 0.1) for name, runs in results.items()]
+    summary = summarize(rows, results)
+    assert summary["reference"] == "llama.cpp plain"
+    assert summary["specfill_vs_llamacpp"]["best"] == pytest.approx(2.0)
 
 
 def test_without_llama_cpp_there_is_no_ratio() -> None:
     results = {"specfill bf16 plain": [result("a", [1] * 10, 1.0, block=0)]}
     rows = [summarize_row(name, runs, None, 0.1) for name, runs in results.items()]
-    assert "specfill_vs_llamacpp_plain" not in summarize(rows, results)
+    assert "specfill_vs_llamacpp" not in summarize(rows, results)
 
 
 def test_rows_count_outputs_identical_to_llama_cpp_per_prompt() -> None:
@@ -41,8 +60,8 @@ def test_rows_count_outputs_identical_to_llama_cpp_per_prompt() -> None:
 
     row = summarize_row("specfill int8 plain", ours, reference, 0.5)
 
-    assert row["identical_to_llamacpp_plain"] == 0.5
-    assert row["common_prefix_share_vs_llamacpp_plain"] == pytest.approx(0.75)  # median of 1.0 and 0.5
+    assert row["identical_to_reference"] == 0.5
+    assert row["common_prefix_share_vs_reference"] == pytest.approx(0.75)  # median of 1.0 and 0.5
     assert row["tokens_per_s"] == pytest.approx(6 / 4)
 
 
@@ -56,4 +75,4 @@ def test_acceptance_counts_every_drafted_token() -> None:
 
 def test_a_missing_llama_cpp_is_reported_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` raise ImportError
-    assert "scripts/install-llama-cpp.sh" in (llama_cpp_missing() or "")
+    assert "scripts/install-llama-cpp.sh" in (llama_cpp_missing("plain") or "")

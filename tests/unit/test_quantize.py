@@ -89,70 +89,6 @@ def test_int8_linear_matches_dequantized_matmul() -> None:
     torch.testing.assert_close(out.float(), reference, rtol=0, atol=BF16_OUTPUT_RTOL * reference.abs().max().item())
 
 
-def test_w8a8_linear_is_its_int8_weight_times_the_input_to_8_bits() -> None:
-    torch.manual_seed(2)
-    linear = nn.Linear(96, 40, bias=True).to(torch.bfloat16)
-    x = torch.randn(3, 96, dtype=torch.bfloat16)
-    layer = W8A8Linear.from_linear(linear)
-    weight = dequantize_int8(*quantize_int8(linear.weight))
-    reference = x.float() @ weight.T + linear.bias.float()
-
-    out = layer(x)
-
-    assert out.shape == (3, 40) and out.dtype == torch.bfloat16
-    torch.testing.assert_close(layer.dequantized_weight(), weight)
-    # Each row is rounded to 255 steps across [-peak, peak]: half a step per input at most.
-    half_step = x.float().abs().amax(dim=1, keepdim=True) / 255
-    bound = half_step * weight.abs().sum(dim=1)[None, :] + BF16_OUTPUT_RTOL * reference.abs()
-    assert ((out.float() - reference).abs() <= bound).all()
-
-
-def test_w8a8_rows_do_not_depend_on_the_rows_beside_them() -> None:
-    """A verify of several rows must compute what single steps compute, bit for bit."""
-    torch.manual_seed(5)
-    layer = W8A8Linear.from_linear(nn.Linear(64, 48, bias=True).to(torch.bfloat16))
-    x = torch.randn(5, 64, dtype=torch.bfloat16) * torch.tensor([0.01, 1.0, 30.0, 0.5, 4.0])[:, None].to(torch.bfloat16)
-    x[3] = x[3].abs()  # a row with no negative values
-
-    together = layer(x)
-
-    for i in range(5):
-        assert torch.equal(together[i], layer(x[i:i + 1])[0])
-
-
-def test_w8a8_state_dict_round_trip() -> None:
-    torch.manual_seed(6)
-    layer = W8A8Linear.from_linear(nn.Linear(64, 32, bias=True).to(torch.bfloat16))
-    state = layer.state_dict()
-    assert {k: (v.dtype, tuple(v.shape)) for k, v in state.items()} == {
-        "weight": (torch.int8, (32, 64)), "scales": (torch.float32, (32,)), "bias": (torch.float32, (32,))}
-    twin = W8A8Linear(64, 32, bias=True)
-    twin.load_state_dict(state, strict=True, assign=True)
-    x = torch.randn(2, 64, dtype=torch.bfloat16)
-    assert torch.equal(twin(x), layer(x))
-    with pytest.raises(RuntimeError, match="weight"):
-        W8A8Linear(64, 16, bias=True).load_state_dict(state, strict=True, assign=True)
-    with pytest.raises(RuntimeError, match="bias"):
-        W8A8Linear(64, 32, bias=False).load_state_dict(state, strict=True, assign=True)
-
-
-def test_w8a8_without_fbgemm_is_refused_with_a_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    from lsp_server.models import quantize
-
-    monkeypatch.setattr(quantize, "w8a8_available", lambda: False)
-    with pytest.raises(ValueError, match="use int4 or int8"):
-        quantize_model(tiny_model(), "w8a8", 32)
-
-
-def test_w8a8_mode_keeps_the_down_projections_weight_only_int4() -> None:
-    model = quantize_model(tiny_model(), "w8a8", 32)
-    kinds = quantized_layers(model)
-    assert {kind for name, kind in kinds.items() if name.endswith("down_proj")} == {"int4"}
-    assert {kind for name, kind in kinds.items() if not name.endswith("down_proj")} == {"w8a8"}
-    assert kinds["lm_head"] == "w8a8"
-    assert not [name for name, m in model.named_modules() if type(m) is nn.Linear]
-
-
 @pytest.mark.parametrize(("mode", "max_relative_error"), [("int8", 0.01), ("int4", 0.10)])
 def test_quantized_weights_stay_close_to_the_original(mode: str, max_relative_error: float) -> None:
     torch.manual_seed(3)
@@ -268,7 +204,7 @@ def test_layers_the_int4_kernel_refuses_fall_back_to_int8() -> None:
 def test_quantization_cuts_bytes_read_per_token() -> None:
     sizes = {mode: weight_bytes(quantize_model(tiny_model(), mode, 32))["read_per_token"]  # type: ignore[arg-type]
              for mode in ("bf16", "int8", "int4", "w8a8")}
-    assert sizes["int4"] < sizes["w8a8"] < sizes["int8"] < sizes["bf16"]
+    assert sizes["int4"] < sizes["int8"] <= sizes["w8a8"] < sizes["bf16"]
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -427,33 +363,6 @@ def test_a_draft_prefilled_on_dense_weights_leaves_speculative_output_lossless()
         expected = greedy(target, torch.tensor([prompt]), 20).tolist()
     assert list(final.token_ids) == expected
     assert final.stats.drafters["draft"].drafted > 0
-
-
-def test_speculation_reproduces_a_w8a8_targets_own_greedy_output() -> None:
-    from lsp_server.engine.speculative import SpeculativeEngine
-    from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
-    from tests.tiny_models import CharTokenizer
-
-    target = quantize_model(tiny_model(seed=1), "w8a8", 32)
-    draft = quantize_model(tiny_model(seed=2), "w8a8", 32)
-    prompt = [5, 17, 99, 3, 250, 42, 7, 8, 9, 10]
-
-    def run(k: int):
-        policy = DraftPolicy(context="test", k_init=max(k, 1), k_min=1, k_max=max(k, 1), max_new_tokens=24,
-                             stop=StopRule("none"), draft_p_min=0.0, mode="fixed" if k else "off",
-                             prompt_lookup=False)
-        engine = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[])
-        return list(engine.generate(CompletionRequest("r", tuple(prompt), policy)))[-1]
-
-    expected = list(run(0).token_ids)  # the target alone, one token per step
-    # Up to 3 draft tokens, as the runtime caps a w8a8 target's k: each row of a verify of up
-    # to 5 rows then computes exactly what a single step computes. From 6 rows torch's bf16
-    # ops round some rows differently (bf16 models too, measured up to 0.02 on this tiny
-    # model's logits), which the int8 rounding of activations can turn into another token.
-    for k in (1, 2, 3):
-        final = run(k)
-        assert list(final.token_ids) == expected
-        assert final.stats.drafters["draft"].drafted > 0
 
 
 def test_flattened_head_input_gives_the_same_logits_in_every_shape() -> None:

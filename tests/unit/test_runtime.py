@@ -30,3 +30,12 @@ def test_auto_quantization_follows_the_device(role: str) -> None:
     assert resolve_quant("auto", role, "cuda", torch.bfloat16) == "bf16"
     assert resolve_quant("auto", role, "cpu", torch.float32) == "bf16"
     assert resolve_quant("int8", role, "cpu", torch.bfloat16) == "int8"
+
+
+def test_round_costs_from_a_busy_moment_are_not_used() -> None:
+    from lsp_server.engine.costs import RowCosts
+    from lsp_server.runtime import plausible
+
+    assert plausible(RowCosts(target=(0.030, 0.031, 0.032), draft=0.012))
+    # Another process had the cores: the 0.5B draft "cost" more than the 1.5B target.
+    assert not plausible(RowCosts(target=(0.35, 0.32, 0.33), draft=1.43))
