@@ -56,10 +56,11 @@ class ContextWindow:
     fimMode: str = "psm-line"
     # Tokens of other files put in front of the prompt (context.cross_file): definitions of
     # imported names from open files, then the windows most like the code around the cursor.
-    # Off by default: on 6 held-out spots (`specfill bench quality`, with neighbours open, 1024
-    # tokens) it matched the file alone (2 of 6 exact, edit similarity 0.71 vs 0.74) and made
-    # the cold prompt ~900 tokens longer; the 40-spot probe of similar windows moved
-    # 16 -> 17 of 40. Turn it on with e.g. 1024 once `make bench-quality` says it pays.
+    # Off by default: on held-out spots (`specfill bench quality`, neighbours open, 1024 tokens)
+    # it gave 2 of 8 exact vs 1 of 8 for the file alone (edit similarity 0.633 vs 0.624), and
+    # 2 of 6 vs 2 of 6 in a run before, while a prompt ~600 tokens longer made the first request
+    # 3 s after opening take 6.1 s instead of 0.63 s (p50: the warm cannot finish in time on
+    # 2 cores). Turn it on (e.g. 1024) once a 40-spot `make bench-quality` says it pays.
     extraTokens: int = 0
     extraSources: str = "all"  # all | definitions | similar
 
