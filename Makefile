@@ -70,6 +70,9 @@ bench-lsp: models ## the server over stdio while typing: first-token and cancel 
 bench-policy: models ## syntax-aware policy vs fixed k, per context class
 	$(SPECFILL) bench policy --out $(OUT)/policy
 
+bench-quality: models ## completion quality on 40 held-out spots of installed third-party code, vs the plain model
+	$(SPECFILL) bench quality --spots 40 --out $(OUT)/quality
+
 bench-bound: models ## the fastest any k controller could be on make bench's prompts (run make bench first)
 	$(SPECFILL) bench bound --from $(OUT)/engine --out $(OUT)/bound
 
@@ -80,4 +83,4 @@ bench-peers: models ## specfill vs llama.cpp on the same GGUF files (builds llam
 clean: ## remove build outputs (keeps .venv and the model cache)
 	rm -rf build dist *.egg-info editors/vscode/dist editors/vscode/*.vsix .pytest_cache
 
-.PHONY: help setup models demo editor-deps editors llama-server test test-remote test-fast test-robustness soak test-slow test-editors bench bench-lsp bench-policy bench-bound bench-peers clean
+.PHONY: help setup models demo editor-deps editors llama-server test test-remote test-fast test-robustness soak test-slow test-editors bench bench-lsp bench-policy bench-quality bench-bound bench-peers clean

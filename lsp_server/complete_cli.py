@@ -51,7 +51,7 @@ def complete_file(args: argparse.Namespace) -> int:
                 sys.stdout.flush()
                 shown = text
         elif isinstance(event, Finished):
-            final = clean(event.text, prepared.suffix)
+            final = clean(event.text, prepared.suffix, final=True)
             if not final.startswith(shown):
                 sys.stdout.write(f"\n[final]\n{final}")
             sys.stdout.write("\n")

@@ -17,10 +17,12 @@ from typing import Any, Callable
 
 from lsp_server.backends.base import Backend, BackendRequest, PromptCodec
 from lsp_server.config import Config
-from lsp_server.documents import Document, DocumentStore
+from lsp_server.context.cross_file import CrossFileContext, uri_path
+from lsp_server.context.postprocess import final_text, stream_text
+from lsp_server.context.snippets import SourceFile
+from lsp_server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, TextDelta
-from lsp_server.prompt import (ContextBudget, build_fim_prompt, strip_trailing_whitespace_lines,
-                               trim_suffix_overlap)
+from lsp_server.prompt import ContextBudget, build_fim_prompt
 from lsp_server.protocol import StreamUpdate
 from lsp_server.server_stats import ServerStats
 from lsp_server.syntax.context import SyntaxContext, classify
@@ -54,9 +56,15 @@ class Generation:
     request_ids: list = field(default_factory=list)
 
 
-def clean(text: str, suffix: str) -> str:
-    """What the user sees: no repetition of the text after the cursor, no trailing blank lines."""
-    return strip_trailing_whitespace_lines(trim_suffix_overlap(text, suffix))
+def clean(text: str, suffix: str, final: bool = False) -> str:
+    """What the user sees (context.postprocess): no repetition of the text after the cursor
+    or of its own lines, one line mid-line, no trailing blank lines; the final text also
+    closes or cuts the brackets it opened."""
+    return final_text(text, suffix) if final else stream_text(text, suffix)
+
+
+def source_file(doc: Document) -> SourceFile:
+    return SourceFile(uri_path(doc.uri), doc.text, doc.tree, doc.language_id)
 
 
 def stop_strings(policy: DraftPolicy) -> tuple[str, ...]:
@@ -64,8 +72,9 @@ def stop_strings(policy: DraftPolicy) -> tuple[str, ...]:
     return ("\n",) if policy.stop.kind == "line" else ()
 
 
-def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config,
-            codec: PromptCodec) -> Prepared:
+def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec: PromptCodec,
+            head: Callable[[str, str], tuple[int, ...]] = lambda prefix, suffix: ()) -> Prepared:
+    """`head(prefix, suffix)`: token ids in front of the FIM prompt (other files' chunks)."""
     prefix, suffix = doc.prefix_suffix(cursor.line, cursor.character, encoding)
     offset = doc.cursor_byte_offset(cursor.line, cursor.character, encoding)
     context = classify(doc.tree, doc.source, offset, doc.language_id)
@@ -80,11 +89,12 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config,
 
     def build(codec: PromptCodec) -> BackendRequest:
         prompt = build_fim_prompt(prefix, suffix, codec.encode, codec.fim, budget, window.fimMode)
+        ids = (*head(prefix, suffix), *prompt.ids) if codec.render is None else tuple(prompt.ids)
         # A server that takes text cannot be made to spell out a healed token: the cut text
         # goes back into the prompt instead.
-        text = codec.render(prompt.ids) + prompt.heal if codec.render else ""
+        text = codec.render(list(ids)) + prompt.heal if codec.render else ""
         request = CompletionRequest(
-            request_id, () if codec.render else tuple(prompt.ids), policy, config.temperature,
+            request_id, () if codec.render else ids, policy, config.temperature,
             config.topP, heal="" if codec.render else prompt.heal)
         return BackendRequest(request, text, stop_strings(policy), cursor.uri, rebuild=build)
 
@@ -110,6 +120,83 @@ class CompletionService:
         self.tell_user = tell_user
         self.stats = stats
         self.inflight: dict[str, Generation] = {}
+        self.cross_file = CrossFileContext()
+        self.roots: list[str] = []  # workspace folders (POSIX paths), set by the server
+        self._warms: set[asyncio.Task] = set()
+
+    def _prepare(self, doc: Document, cursor: Cursor, encoding: str, config: Config,
+                 codec: PromptCodec) -> Prepared:
+        def head(prefix: str, suffix: str) -> tuple[int, ...]:
+            others = [source_file(d) for d in self.documents.recent(doc.language_id, doc.uri)]
+            plan = self.cross_file.prefix_ids(
+                doc.uri, source_file(doc), cursor.line, prefix, suffix, others, self.roots,
+                config.contextWindow.extraTokens, codec.encode, codec.repo,
+                config.contextWindow.extraSources)
+            return plan.ids
+
+        return prepare(doc, cursor, encoding, config, codec, head)
+
+    # -- warming (the local engine only) ------------------------------------------------
+
+    def _local_worker(self) -> Any:
+        backend = self.backend_ref()
+        return getattr(backend, "worker", None) if backend is not None else None
+
+    def warm(self, cursor: Cursor, encoding: str, doc: Document | None = None) -> None:
+        """Prefill the prompt for `cursor` in the background (lowest priority; any request
+        preempts it). `doc`: a detached document to warm instead of the stored one."""
+        config, backend = self.config_ref(), self.backend_ref()
+        worker = self._local_worker()
+        if not (config.enabled and config.warm) or worker is None or backend is None:
+            return
+        task = asyncio.create_task(self._warm_logged(backend, worker, cursor, encoding, doc))
+        self._warms.add(task)
+        task.add_done_callback(self._warms.discard)
+
+    def warm_end_of(self, uri: str, encoding: str) -> None:
+        """didOpen: no cursor yet, so the end of the file (its whole tail is the prefix)."""
+        doc = self.documents.get(uri)
+        if doc is not None:
+            line, character = offset_to_position(doc.text, len(doc.text), encoding)
+            self.warm(Cursor(uri, doc.version, line, character), encoding)
+
+    async def _warm_logged(self, *args: Any) -> None:
+        try:
+            await self._warm(*args)
+        except Exception:  # a warm is a hint: never an error the user sees
+            log.exception("warm failed")
+
+    async def _warm(self, backend: Backend, worker: Any, cursor: Cursor, encoding: str,
+                    detached: Document | None) -> None:
+        config = self.config_ref()
+        if not await backend.wait_ready(config.readyTimeoutS):
+            return
+        doc = detached or self.documents.get(cursor.uri)
+        running = self.inflight.get(cursor.uri)
+        if doc is None or doc.problem or (running is not None and not running.task.done()):
+            return  # closed, out of sync, or a real request is prefilling this document anyway
+        cursor = replace(cursor, version=doc.version)
+        prepared = self._prepare(doc, cursor, encoding, config, backend.codec()).request.request
+        policy = replace(prepared.policy, max_new_tokens=0)
+        request = replace(prepared, id=prepared.id + "-warm", policy=policy)
+        final = None
+        async for event in worker.submit(request, warm=True):
+            if isinstance(event, Finished):
+                final = event
+        if final is not None:
+            self.stats.warm(final.reason, final.stats)
+
+    def _warm_after(self, cursor: Cursor, encoding: str, text: str) -> None:
+        """After a completion: warm the prompt the user gets by accepting it."""
+        doc = self.documents.get(cursor.uri)
+        if doc is None or doc.version != cursor.version:
+            return
+        offset = doc.offset_at(cursor.line, cursor.character, encoding)
+        accepted = self.documents.detached(doc, offset, text)
+        line, character = offset_to_position(accepted.text, offset + len(text), encoding)
+        self.warm(Cursor(cursor.uri, doc.version, line, character), encoding, accepted)
+
+    # -- completions ----------------------------------------------------------------------
 
     async def complete(self, cursor: Cursor, encoding: str, msg_id: Any) -> str | None:
         """The cleaned completion text, or None when there is nothing to offer."""
@@ -135,9 +222,9 @@ class CompletionService:
         if generation is None or generation.cursor != cursor or generation.task.done():
             if generation is not None:
                 generation.task.cancel()  # superseded: the client moved on
-            prepared = prepare(doc, cursor, encoding, config, backend.codec())
+            prepared = self._prepare(doc, cursor, encoding, config, backend.codec())
             ids: list = []
-            task = asyncio.create_task(self._run(backend, prepared, cursor, ids))
+            task = asyncio.create_task(self._run(backend, prepared, cursor, ids, encoding))
             generation = self.inflight[cursor.uri] = Generation(cursor, task, ids)
             task.add_done_callback(lambda _t, g=generation: self._forget(g))
         return await self._follow(generation, msg_id)
@@ -163,7 +250,7 @@ class CompletionService:
             del self.inflight[generation.cursor.uri]
 
     async def _run(self, backend: Backend, prepared: Prepared, cursor: Cursor,
-                   ids: list) -> str | None:
+                   ids: list, encoding: str = "utf-16") -> str | None:
         context = prepared.context.kind.value
         self.stats.request(context)
         shown = ""
@@ -193,10 +280,12 @@ class CompletionService:
             if not backend.failed:  # a failed worker is restarted, and that is what the user hears
                 self.tell_user(f"specfill: completion failed: {final.error}", key="completion-failed")
             return None
-        text = clean(final.text, prepared.suffix)
+        text = clean(final.text, prepared.suffix, final=True)
         self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats,
                            ids[0] if ids else None)
         self._end_streams(cursor, ids, text)
+        if text.strip():
+            self._warm_after(cursor, encoding, text)
         return text if text.strip() else None
 
     def _end_streams(self, cursor: Cursor, ids: list, text: str) -> None:

@@ -314,14 +314,25 @@ class ChangeOutcome:
 class DocumentStore:
     """Open documents by URI. Never raises on client mistakes; reports them instead."""
 
+    # Closed documents that were edited stay around, newest last, for cross-file context.
+    KEEP_CLOSED = 8
+
     def __init__(self, parser_factory: Callable[[str], Parser | None] = make_parser,
                  max_bytes: int = 8 * 2**20) -> None:
         self._parser_factory = parser_factory
         self._documents: dict[str, Document] = {}
         self.max_bytes = max_bytes
+        self._touched: dict[str, int] = {}  # uri -> clock of its last open or edit
+        self._edited: set[str] = set()
+        self._closed: dict[str, Document] = {}
+        self._clock = 0
 
     def _too_large(self, size: int) -> str:
         return f"larger than the limit of {self.max_bytes / 2**20:g} MB ({size / 2**20:.1f} MB)"
+
+    def _touch(self, uri: str) -> None:
+        self._clock += 1
+        self._touched[uri] = self._clock
 
     def open(self, uri: str, language_id: str, version: int, text: str) -> Document:
         """didOpen. Re-opening a URI replaces its document. A document over `max_bytes` is
@@ -333,7 +344,23 @@ class DocumentStore:
         if too_large:
             document.problem = self._too_large(size)
         self._documents[uri] = document
+        self._closed.pop(uri, None)
+        self._touch(uri)
         return document
+
+    def detached(self, document: Document, offset: int, insert: str) -> Document:
+        """A copy of `document` with `insert` at str index `offset`, not stored: what the
+        document will be if the user accepts a completion there."""
+        text = document.text[:offset] + insert + document.text[offset:]
+        return Document(document.uri, document.language_id, document.version, text,
+                        self._parser_factory(document.language_id))
+
+    def recent(self, language_id: str, exclude: str, limit: int = 20) -> list[Document]:
+        """Open and recently closed-after-editing documents of one language, newest first."""
+        pool = {**self._closed, **self._documents}
+        docs = [d for uri, d in pool.items() if uri != exclude and d.language_id == language_id]
+        docs.sort(key=lambda d: -self._touched.get(d.uri, 0))
+        return docs[:limit]
 
     def change(
         self,
@@ -364,6 +391,8 @@ class DocumentStore:
                 "applied anyway."
             )
         problem = self._apply(document, parsed, encoding)
+        self._touch(uri)
+        self._edited.add(uri)
         if version is not None:
             document.version = version
         return ChangeOutcome(document, warning=warning, problem=problem)
@@ -402,7 +431,13 @@ class DocumentStore:
 
     def close(self, uri: str) -> bool:
         """didClose; False when the URI was not open."""
-        return self._documents.pop(uri, None) is not None
+        document = self._documents.pop(uri, None)
+        if document is not None and uri in self._edited:
+            self._closed[uri] = document
+            while len(self._closed) > self.KEEP_CLOSED:
+                self._closed.pop(next(iter(self._closed)))
+        self._edited.discard(uri)
+        return document is not None
 
     def get(self, uri: str) -> Document | None:
         return self._documents.get(uri)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 from lsprotocol import types as lsp
 from pygls.lsp.client import LanguageClient
 
-from lsp_server.protocol import CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION
+from lsp_server.protocol import CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION, WARM_NOTIFICATION
 
 SERVER_COMMAND = (sys.executable, "-m", "lsp_server", "serve", "--stdio")
 
@@ -94,8 +94,10 @@ class SpecfillClient:
 
     def __init__(self, options: dict | None = None, command: Sequence[str] = SERVER_COMMAND,
                  stderr_log: Path | None = None,
-                 on_message: Callable[[Message], None] | None = None):
+                 on_message: Callable[[Message], None] | None = None,
+                 root_uri: str | None = None):
         self.options = options or {}
+        self.root_uri = root_uri
         self.command = list(command)
         self.stderr_log = stderr_log
         self.on_message = on_message
@@ -129,7 +131,7 @@ class SpecfillClient:
             capabilities=lsp.ClientCapabilities(
                 general=lsp.GeneralClientCapabilities(
                     position_encodings=[lsp.PositionEncodingKind.Utf16])),
-            initialization_options=self.options)
+            initialization_options=self.options, root_uri=self.root_uri)
         self.init_result = await self.lc.initialize_async(params)
         self.lc.initialized(lsp.InitializedParams())
         return self.init_result
@@ -158,6 +160,10 @@ class SpecfillClient:
     def open(self, uri: str, language: str, text: str, version: int = 1) -> None:
         self.lc.text_document_did_open(lsp.DidOpenTextDocumentParams(
             lsp.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)))
+
+    def close(self, uri: str) -> None:
+        self.lc.text_document_did_close(lsp.DidCloseTextDocumentParams(
+            lsp.TextDocumentIdentifier(uri=uri)))
 
     def change(self, uri: str, version: int, edits: Sequence[tuple[lsp.Range, str]]) -> None:
         """Incremental edits, applied in order (LSP semantics)."""
@@ -207,6 +213,11 @@ class SpecfillClient:
         finally:
             self._watchers.pop(msg_id, None)
         return completion_text(result), Timings(sent, time.monotonic(), self.streams[msg_id])
+
+    def warm(self, uri: str, line: int, character: int) -> None:
+        """specfill/warm: the cursor rests here (as the editor clients send it)."""
+        self.lc.protocol.notify(WARM_NOTIFICATION, {
+            "textDocument": {"uri": uri}, "position": {"line": line, "character": character}})
 
     def cancel(self, msg_id: Any) -> None:
         self.lc.cancel_request(lsp.CancelParams(id=msg_id))

@@ -18,6 +18,9 @@ STATS_REQUEST = "specfill/stats"
 # {"uri": ...} -> what the server holds for it, as a hash (never the text): lets a client
 # or a test check that both sides have the same document.
 DOCUMENT_REQUEST = "specfill/document"
+# Client -> server notification, params {textDocument: {uri}, position: {line, character}}:
+# the cursor rests there (cursor hold, entering insert mode); prefill its prompt now.
+WARM_NOTIFICATION = "specfill/warm"
 CONFIG_SECTION = "specfill"
 
 

@@ -20,6 +20,7 @@ class Runtime:
     encode: Callable[[str], list[int]]
     fim: Any  # lsp_server.prompt.FimTokens
     description: list[str]
+    repo: Any = None  # lsp_server.context.cross_file.RepoTokens, None: no repo-level layout
 
     def generate(self, request: Any, should_abort: Callable[[], bool]):
         """The worker drives anything with this method."""
@@ -220,5 +221,15 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     lines = pair.info.lines()
     for line in lines:
         progress(line)
-    return Runtime(engine, encode, fim, lines)
+    return Runtime(engine, encode, fim, lines, repo_tokens(tokenizer))
+
+
+def repo_tokens(tokenizer: Any) -> Any:
+    """Qwen2.5-Coder's repository-level markers when the tokenizer has them."""
+    from lsp_server.context.cross_file import RepoTokens
+
+    added = tokenizer.get_added_vocab()
+    if "<|repo_name|>" in added and "<|file_sep|>" in added:
+        return RepoTokens(added["<|repo_name|>"], added["<|file_sep|>"])
+    return None
 

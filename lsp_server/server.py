@@ -18,8 +18,10 @@ from lsp_server.completion import CompletionService, Cursor
 from lsp_server.config import Config, config_from_options, model_identity
 from lsp_server.documents import DocumentStore
 from lsp_server.engine.worker import EngineWorker
+from lsp_server.context.cross_file import uri_path
+from lsp_server.lsp_client import as_plain
 from lsp_server.protocol import (CONFIG_SECTION, DOCUMENT_REQUEST, STATS_REQUEST, STREAM_NOTIFICATION,
-                                 StreamUpdate, document_summary)
+                                 WARM_NOTIFICATION, StreamUpdate, document_summary)
 from lsp_server.rpc_protocol import PARSE_ERROR, SpecfillProtocol
 from lsp_server.server_stats import ServerStats
 from lsp_server.user_messages import RateLimiter
@@ -184,12 +186,26 @@ async def report_loading(ls: SpecfillServer, worker: EngineWorker) -> None:
         ls.window_log_message(lsp.LogMessageParams(lsp.MessageType.Info, f"specfill: {done}"))
 
 
+def warm_cursor(params: Any) -> Cursor | None:
+    """The cursor of a `specfill/warm` notification, or None when it is malformed."""
+    try:
+        uri = params["textDocument"]["uri"]
+        line, character = params["position"]["line"], params["position"]["character"]
+    except (KeyError, TypeError):
+        return None
+    ok = isinstance(uri, str) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                                      for v in (line, character))
+    return Cursor(uri, 0, line, character) if ok else None
+
+
 def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServer:
     server = SpecfillServer(runtime_factory)
 
     @server.feature(lsp.INITIALIZE)
     def initialize(ls: SpecfillServer, params: lsp.InitializeParams) -> None:
         ls.apply_settings(params.initialization_options)
+        folders = [f.uri for f in params.workspace_folders or []] or [params.root_uri or ""]
+        ls.completions.roots = [uri_path(uri) for uri in folders if uri]
 
     @server.feature(lsp.INITIALIZED)
     def initialized(ls: SpecfillServer, params: lsp.InitializedParams) -> None:
@@ -204,6 +220,17 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
         if doc.problem:
             ls.log_once(f"no completions for {d.uri}: it is {doc.problem} (setting "
                         "maxDocumentMB)", key=f"too-large {d.uri}")
+        else:
+            ls.completions.warm_end_of(d.uri, ls.encoding)
+
+    @server.feature(WARM_NOTIFICATION)
+    def warm(ls: SpecfillServer, params: Any) -> None:
+        cursor = warm_cursor(as_plain(params))
+        if cursor is None:
+            log.warning("specfill/warm needs {textDocument: {uri}, position: {line, character}}; "
+                        "got a %s", type(params).__name__)
+        else:
+            ls.completions.warm(cursor, ls.encoding)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> None:
@@ -224,6 +251,7 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpecfillServer, params: lsp.DidCloseTextDocumentParams) -> None:
         ls.documents.close(params.text_document.uri)
+        ls.completions.cross_file.forget(params.text_document.uri)
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     def did_change_configuration(ls: SpecfillServer, params: lsp.DidChangeConfigurationParams) -> None:
@@ -266,6 +294,7 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
                            worker.load_error if worker else None),
             "threads": worker.threads_in_use if worker else None,
             "abort_latencies_s": list(worker.abort_latencies_s) if worker else [],
+            "preempt_latencies_s": list(worker.preempt_latencies_s) if worker else [],
         }
         out["tables"] = ls.table_sizes()  # per-request bookkeeping: must stay bounded
         out["backends"] = backend.stats() if backend is not None else []

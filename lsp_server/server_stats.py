@@ -79,6 +79,17 @@ class ServerStats:
         self.totals = _Tally()
         self.by_context: dict[str, _Tally] = defaultdict(_Tally)
         self.last: dict[str, Any] | None = None
+        # Background prefills (completion.warm): outcome counts and tokens they loaded.
+        self.warms: dict[str, Any] = {"warm": 0, "aborted": 0, "error": 0, "prefilled_tokens": 0,
+                                      "last": None}
+
+    def warm(self, reason: str, stats: Stats) -> None:
+        """reason: warm (done) | aborted (preempted by a request) | error"""
+        key = reason if reason in ("warm", "aborted") else "error"
+        self.warms[key] += 1
+        self.warms["prefilled_tokens"] += stats.prefilled_tokens
+        self.warms["last"] = {"reason": reason, "prompt_tokens": stats.prompt_tokens,
+                              "prefilled_tokens": stats.prefilled_tokens, "prefill_s": stats.prefill_s}
 
     def request(self, context: str) -> None:
         self.totals.requests += 1
@@ -110,6 +121,7 @@ class ServerStats:
             "totals": self.totals.to_json(),
             "by_context": {c: t.to_json() for c, t in sorted(self.by_context.items())},
             "last": self.last,
+            "warms": self.warms,
             "acceptance_memory": engine_memory or {},
             "rss_bytes": psutil.Process().memory_info().rss,
         }

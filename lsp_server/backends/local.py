@@ -29,7 +29,7 @@ class LocalBackend:
 
     def codec(self) -> PromptCodec:
         runtime = self.worker.engine  # lsp_server.runtime.Runtime once loaded
-        return PromptCodec(runtime.encode, runtime.fim)
+        return PromptCodec(runtime.encode, runtime.fim, repo=getattr(runtime, "repo", None))
 
     async def submit(self, request: BackendRequest,
                      on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:

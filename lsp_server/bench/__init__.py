@@ -13,6 +13,7 @@ BENCHMARKS = {
     "policy": ("lsp_server.bench.policy_bench", "syntax policy vs fixed k, per context class"),
     "peers": ("lsp_server.bench.peers", "specfill vs llama.cpp on the same GGUF files"),
     "remote": ("lsp_server.bench.remote_bench", "specfill in front of real llama-servers: overhead, cancel, failover"),
+    "quality": ("lsp_server.bench.quality", "completion quality on held-out real code, through the server"),
     "bound": ("lsp_server.bench.bound", "the fastest any draft-length controller could be on a run's prompts"),
 }
 

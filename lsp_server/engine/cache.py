@@ -179,6 +179,11 @@ def make_slot(model: torch.nn.Module, lean: bool) -> KVSlot:
     return LeanSlot(model) if lean and on_cpu and supports(model) else KVSlot(model)
 
 
+# A warm may rewind a slot by this many tokens (a completion's own output and the few
+# prompt tokens after the cursor); cutting more would throw away a prompt worth keeping.
+PROTECTED_TOKENS = 256
+
+
 class SlotPool:
     """A few KV slots for one model; a request takes the slot sharing the longest prefix."""
 
@@ -188,10 +193,18 @@ class SlotPool:
         self._clock = 0
         self._last_used = [0] * len(self.slots)
 
-    def acquire(self, ids: Sequence[int]) -> KVSlot:
+    def acquire(self, ids: Sequence[int], protect: bool = False) -> KVSlot:
+        """`protect` (warms): never cut more than `PROTECTED_TOKENS` off the best slot's
+        cached prompt, which the next real request may still want; use another slot."""
         scores = [common_prefix_len(s.ids, ids) for s in self.slots]
         best = max(range(len(self.slots)), key=lambda i: (scores[i], self._last_used[i]))
-        if scores[best] == 0:  # nothing shared: evict the least recently used slot
+        losing = len(self.slots[best].ids) - scores[best]
+        if protect and losing > PROTECTED_TOKENS and len(self.slots) > 1:
+            others = [i for i in range(len(self.slots)) if i != best]
+            best = max(others, key=lambda i: (scores[i], -self._last_used[i]))
+            if len(self.slots[best].ids) - scores[best] > PROTECTED_TOKENS:
+                best = min(others, key=lambda i: self._last_used[i])
+        elif scores[best] == 0:  # nothing shared: evict the least recently used slot
             best = min(range(len(self.slots)), key=lambda i: self._last_used[i])
         self._clock += 1
         self._last_used[best] = self._clock

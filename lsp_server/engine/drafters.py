@@ -41,8 +41,8 @@ class ModelDrafter:
             for slot in self.pool.slots:
                 slot.head = self.head
 
-    def begin(self, ids: Sequence[int]) -> None:
-        self.slot = self.pool.acquire(ids)
+    def begin(self, ids: Sequence[int], protect: bool = False) -> None:
+        self.slot = self.pool.acquire(ids, protect)
         self._seen = len(ids)
         if self.head is not None:
             self.head.focus(ids)

@@ -38,6 +38,9 @@ class EngineOptions:
     # Decoder layers see aborts (cache.install_abort_hooks), so a prefill need not be cut
     # into chunks for latency; chunks only bound the activation memory of huge prompts.
     prefill_chunk: int = 512
+    # A warm is preempted within a layer and loses only the chunk it was in: small chunks
+    # keep most of a preempted warm's work (a 128-row pass is still efficient on a CPU).
+    warm_chunk: int = 128
     lookup_min_match: int = LOOKUP_MIN_MATCH
     lookup_min_acceptance: float = 0.5
     # Most draft tokens per round whatever the policy says (0: no cap). For a target whose
@@ -96,9 +99,15 @@ class SpeculativeEngine:
     ) -> Iterator[EngineEvent]:
         run = self._start(request)
         try:
-            slot = self.pool.acquire(run.ids)
+            slot = self.pool.acquire(run.ids, protect=request.max_new_tokens <= 0)
             with abort_scope(should_abort):
                 logits = self._prefill(run, slot, should_abort)
+                if request.max_new_tokens <= 0:  # a warm: load the prompt, generate nothing
+                    self._prefill_draft(run, should_abort)
+                    run.stats.stop_reason = "warm"
+            if run.stats.stop_reason == "warm":
+                yield self._finish(run)
+                return
             rest = request.heal
             token, rest = self._choose(run, logits, rest)
             yield from self._accept(run, [token])
@@ -149,7 +158,9 @@ class SpeculativeEngine:
     def _prefill(self, run: _Run, slot: KVSlot, should_abort: Callable[[], bool]) -> torch.Tensor:
         """Next-token logits [V] after the prompt, feeding only what the slot lacks."""
         t = time.perf_counter()
-        fed, logits = slot.extend(run.ids, self.options.prefill_chunk, should_abort)
+        warm = run.request.max_new_tokens <= 0
+        chunk = self.options.warm_chunk if warm else self.options.prefill_chunk
+        fed, logits = slot.extend(run.ids, chunk, should_abort)
         if logits is None:  # the slot already held the whole prompt
             logits = slot.sync(run.ids)
             fed = 1
@@ -157,8 +168,18 @@ class SpeculativeEngine:
         run.stats.prefill_s = time.perf_counter() - t
         # The draft catches up lazily in its first round; only bind its slot here.
         if self._model_drafter(run.request.policy) is not None:
-            self.drafter.begin(run.ids)
+            self.drafter.begin(run.ids, protect=run.request.max_new_tokens <= 0)
         return logits
+
+    @torch.inference_mode()
+    def _prefill_draft(self, run: _Run, should_abort: Callable[[], bool]) -> None:
+        """A warm brings the draft's cache up too: it otherwise catches up in the first
+        round, and a cold draft prefill of a whole prompt is seconds on a CPU."""
+        drafter = self._model_drafter(run.request.policy)
+        if drafter is not None:
+            t = time.perf_counter()
+            drafter.prefill(run.ids, self.options.warm_chunk, should_abort)
+            run.stats.prefill_s += time.perf_counter() - t
 
     @torch.inference_mode()
     def _plain_step(self, run: _Run, slot: KVSlot) -> torch.Tensor:

@@ -3,6 +3,11 @@
 The asyncio side never touches a tensor. Events cross back with
 `loop.call_soon_threadsafe`; a consumer that goes away calls `abort`, and the engine
 sees the flag between draft steps, before verification and between prefill chunks.
+
+Warms (`submit(..., warm=True)`, a request with max_new_tokens 0) load a prompt into the
+KV cache while the user is not waiting. They run at the lowest priority: any real request
+aborts every warm at once (the engine sees the flag within one decoder layer, and the
+chunks already fed stay cached), and a newer warm supersedes an older one.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ class _Job:
     # Called on the loop with the final event, before the stream sees it, even when the
     # consumer left early: the engine work of cancelled requests is counted too.
     on_final: Callable[[Finished], None] | None = None
+    warm: bool = False
+    preempted_at: float | None = None  # when a real request (or newer warm) aborted this warm
 
 
 class EngineWorker:
@@ -58,6 +65,8 @@ class EngineWorker:
         self.busy = threading.Event()  # set while a request runs on the worker
         # abort -> engine idle, newest last; bounded so a long session does not grow it
         self.abort_latencies_s: deque[float] = deque(maxlen=1000)
+        # a real request's arrival -> the warm it preempted has stopped, newest last
+        self.preempt_latencies_s: deque[float] = deque(maxlen=1000)
         self._thread = threading.Thread(target=self._run, name="specfill-engine", daemon=True)
 
     # -- asyncio side -------------------------------------------------------------
@@ -75,8 +84,9 @@ class EngineWorker:
         return self.ready.is_set()
 
     def submit(self, request: CompletionRequest,
-               on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:
-        job = _Job(request, asyncio.get_running_loop(), asyncio.Queue(), on_final=on_final)
+               on_final: Callable[[Finished], None] | None = None,
+               warm: bool = False) -> AsyncIterator[EngineEvent]:
+        job = _Job(request, asyncio.get_running_loop(), asyncio.Queue(), on_final=on_final, warm=warm)
         with self._lock:
             if self._stopped:  # failed, or a reload replaced it: answer at once, never queue
                 job.abort.set()
@@ -84,8 +94,14 @@ class EngineWorker:
                 job.events.put_nowait(Finished(request.id, "", (), Stats(stop_reason=reason),
                                                reason, error=self.failed))
                 return self._stream(job)
+            warms = [j for j in self._active.values() if j.warm]
             self._active[request.id] = job
             self._jobs.put(job)
+        now = time.perf_counter()
+        for old in warms:  # lowest priority: whatever comes next preempts them
+            if not old.abort.is_set():
+                old.preempted_at = now
+                old.abort.set()
         return self._stream(job)
 
     def abort(self, request_id: str) -> None:
@@ -200,7 +216,9 @@ class EngineWorker:
         try:
             for event in self.engine.generate(job.request, job.abort.is_set):
                 emit(event)
-                if isinstance(event, Finished) and job.aborted_at is not None:
+                if isinstance(event, Finished) and job.preempted_at is not None:
+                    self.preempt_latencies_s.append(time.perf_counter() - job.preempted_at)
+                elif isinstance(event, Finished) and job.aborted_at is not None:
                     self.abort_latencies_s.append(time.perf_counter() - job.aborted_at)
         except Exception as exc:
             log.error("generation failed: %s", traceback.format_exc())

@@ -75,3 +75,14 @@ def test_numbers_out_of_range_nan_and_infinity_are_refused(value):
     config, problems = config_from_options({"topP": value, "maxDocumentMB": value})
     assert config.topP == Config().topP and config.maxDocumentMB == Config().maxDocumentMB
     assert len(problems) == 2
+
+
+def test_cross_file_and_warm_settings_are_validated():
+    config, problems = config_from_options(
+        {"contextWindow": {"extraTokens": -5, "extraSources": "everything"}, "warm": "yes"})
+    assert config.contextWindow.extraTokens == 0 and config.contextWindow.extraSources == "all"
+    assert config.warm is True and len(problems) == 3
+    config, problems = config_from_options(
+        {"contextWindow": {"extraTokens": 0, "extraSources": "definitions"}, "warm": False})
+    assert (config.contextWindow.extraTokens, config.contextWindow.extraSources, config.warm) == (0, "definitions", False)
+    assert problems == []

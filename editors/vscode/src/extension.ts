@@ -13,6 +13,9 @@ import { type Generation, type StreamCompletionParams, StreamingCompletions } fr
 
 const STREAM_NOTIFICATION = 'specfill/streamCompletion';
 const STATS_REQUEST = 'specfill/stats';
+const WARM_NOTIFICATION = 'specfill/warm';
+/** How long the cursor must rest before the server is asked to prefill its prompt. */
+const WARM_AFTER_MS = 400;
 
 /** The extension's state: one language client, its ghost-text streams and the status bar. */
 class Specfill implements vscode.Disposable {
@@ -22,6 +25,7 @@ class Specfill implements vscode.Disposable {
   private readonly streams = new StreamingCompletions((generation) => this.onGrow(generation));
   private retriggering = false;
   private retriggerAgain = false;
+  private warmTimer: ReturnType<typeof setTimeout> | undefined;
 
   async start(): Promise<void> {
     this.status.starting();
@@ -104,11 +108,34 @@ class Specfill implements vscode.Disposable {
     }
   }
 
+  /**
+   * The cursor rests (or an editor was just shown): let the server prefill the prompt for
+   * it in the background, so the first completion there starts from a warm cache. The
+   * server drops a warm the moment a real request arrives.
+   */
+  scheduleWarm(editor: vscode.TextEditor | undefined): void {
+    if (this.warmTimer) clearTimeout(this.warmTimer);
+    if (!editor || !this.enabled() || !languages().includes(editor.document.languageId)) return;
+    this.warmTimer = setTimeout(() => {
+      this.warmTimer = undefined;
+      const client = this.client;
+      if (client?.state !== State.Running || vscode.window.activeTextEditor !== editor) return;
+      const converter = client.code2ProtocolConverter;
+      void client
+        .sendNotification(WARM_NOTIFICATION, {
+          textDocument: { uri: converter.asUri(editor.document.uri) },
+          position: converter.asPosition(editor.selection.active),
+        })
+        .catch((error) => this.log(`${WARM_NOTIFICATION} failed: ${error}`));
+    }, WARM_AFTER_MS);
+  }
+
   forget(document: vscode.TextDocument): void {
     this.streams.forget(document.uri.toString());
   }
 
   dispose(): void {
+    if (this.warmTimer) clearTimeout(this.warmTimer);
     void this.stop();
     this.status.dispose();
     this.output.dispose();
@@ -183,8 +210,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     vscode.commands.registerCommand('specfill.dismiss', () => instance.dismiss()),
     vscode.workspace.onDidChangeConfiguration((event) => instance.onConfigurationChanged(event)),
     vscode.workspace.onDidCloseTextDocument((document) => instance.forget(document)),
+    vscode.window.onDidChangeTextEditorSelection((event) => instance.scheduleWarm(event.textEditor)),
+    vscode.window.onDidChangeActiveTextEditor((editor) => instance.scheduleWarm(editor)),
   );
   await instance.start();
+  instance.scheduleWarm(vscode.window.activeTextEditor);
 }
 
 export async function deactivate(): Promise<void> {

@@ -9,6 +9,7 @@ local M = {}
 
 local STREAM_NOTIFICATION = 'specfill/streamCompletion'
 local STATS_REQUEST = 'specfill/stats'
+local WARM_NOTIFICATION = 'specfill/warm'
 
 ---@class specfill.Config
 M.defaults = {
@@ -60,6 +61,19 @@ function M.trigger()
   end
 end
 
+--- Ask the server to prefill the prompt for the cursor in the background (cursor hold,
+--- entering insert mode, after accepting): the next request there starts warm. The server
+--- drops a warm the moment a real request arrives.
+function M.warm(bufnr)
+  bufnr = bufnr or api.nvim_get_current_buf()
+  local client = client_for(bufnr)
+  if not (M.enabled and client) or api.nvim_get_current_buf() ~= bufnr then
+    return
+  end
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  client:notify(WARM_NOTIFICATION, params)
+end
+
 local function schedule_trigger(bufnr)
   local tick = api.nvim_buf_get_changedtick(bufnr)
   timer:stop()
@@ -73,7 +87,12 @@ end
 
 local function accept_with(pick)
   return function()
-    return suggestion.accept(api.nvim_get_current_buf(), pick)
+    local bufnr = api.nvim_get_current_buf()
+    local result = suggestion.accept(bufnr, pick)
+    vim.schedule(function()
+      M.warm(bufnr)
+    end)
+    return result
   end
 end
 
@@ -186,6 +205,12 @@ local function create_autocmds(group)
     pattern = M.config.filetypes,
     callback = function(args)
       start_server(args.buf)
+    end,
+  })
+  api.nvim_create_autocmd({ 'CursorHold', 'CursorHoldI', 'InsertEnter' }, {
+    group = group,
+    callback = function(args)
+      M.warm(args.buf)
     end,
   })
   if use_builtin() then

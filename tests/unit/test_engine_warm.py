@@ -1,0 +1,76 @@
+"""A warm (max_new_tokens 0) loads the prompt into both models' caches and nothing else;
+the request after it prefills one token and produces what a cold engine produces; a warm
+never throws away another prompt's cache to do it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from lsp_server.engine.cache import PROTECTED_TOKENS, SlotPool
+from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, StopRule
+from tests.tiny_models import CharTokenizer, tiny_model
+
+torch.set_grad_enabled(False)
+POLICY = DraftPolicy(context="t", k_init=3, k_max=3, max_new_tokens=24, stop=StopRule("none"),
+                     mode="fixed", draft_p_min=0.0, prompt_lookup=False)
+WARM = replace(POLICY, max_new_tokens=0)
+PROMPT = tuple((i * 7) % 48 for i in range(120))
+
+
+def make_engine() -> SpeculativeEngine:
+    return SpeculativeEngine(tiny_model(1), tiny_model(2, hidden=16, layers=1), CharTokenizer(),
+                             stop_ids=[], options=EngineOptions(prefill_chunk=64, warm_chunk=32))
+
+
+def final(events) -> Finished:
+    events = list(events)
+    assert isinstance(events[-1], Finished)
+    return events[-1]
+
+
+def test_a_warm_prefills_both_models_and_generates_nothing():
+    engine = make_engine()
+    done = final(engine.generate(CompletionRequest("w", PROMPT, WARM)))
+    assert done.reason == "warm" and done.text == "" and done.token_ids == ()
+    assert done.stats.prefilled_tokens == len(PROMPT)
+    assert any(slot.ids == list(PROMPT) for slot in engine.pool.slots)
+    assert any(slot.ids == list(PROMPT[:-1]) for slot in engine.drafter.pool.slots)
+
+
+def test_the_request_after_a_warm_prefills_one_token_and_matches_a_cold_engine():
+    warmed = make_engine()
+    final(warmed.generate(CompletionRequest("w", PROMPT, WARM)))
+    after = final(warmed.generate(CompletionRequest("r", PROMPT, POLICY)))
+    cold = final(make_engine().generate(CompletionRequest("c", PROMPT, POLICY)))
+    assert after.stats.prefilled_tokens == 1
+    assert after.token_ids == cold.token_ids and after.token_ids
+
+
+def test_an_aborted_warm_keeps_the_chunks_it_finished():
+    engine = make_engine()
+    polls = 0
+
+    def abort_after_two_chunks() -> bool:
+        nonlocal polls
+        polls += 1
+        return polls > 2
+
+    done = final(engine.generate(CompletionRequest("w", PROMPT, WARM), abort_after_two_chunks))
+    assert done.reason == "aborted"
+    cached = max(len(slot.ids) for slot in engine.pool.slots)
+    assert 0 < cached < len(PROMPT) and cached % 32 == 0
+    after = final(engine.generate(CompletionRequest("r", PROMPT, POLICY)))
+    assert after.stats.prefilled_tokens == len(PROMPT) - cached
+
+
+def test_a_warm_takes_another_slot_rather_than_cut_a_cached_prompt():
+    pool = SlotPool(tiny_model(3), size=2)
+    kept = pool.acquire(PROMPT)
+    kept.extend(list(PROMPT) * 4)  # a long cached prompt
+    other = tuple(list(PROMPT[:4]) + [1] * 20)  # shares 4 tokens: would cut ~470
+    assert len(kept.ids) - 4 > PROTECTED_TOKENS
+    assert pool.acquire(other, protect=True) is not kept
+    assert pool.acquire(other) is kept  # a real request takes the best slot as before

@@ -1,0 +1,137 @@
+"""Cross-file chunks: imported definitions, similar windows, the budget, the stable order,
+and the repository-level layout."""
+
+from __future__ import annotations
+
+from lsp_server.context.cross_file import BLOCK_LINES, CrossFileContext, RepoTokens, display_path, layout_ids
+from lsp_server.context.snippets import (Chunk, Import, SourceFile, identifiers, imported_definitions,
+                                         jaccard, module_paths, pick_chunks, python_imports,
+                                         resolve_module, skeleton, windows)
+from lsp_server.syntax.languages import make_parser
+
+PARSER = make_parser("python")
+SHAPES = '''import math
+
+
+def area(radius):
+    return math.pi * radius ** 2
+
+
+class Circle:
+    def __init__(self, radius):
+        self.radius = radius
+
+    def perimeter(self):
+        return 2 * math.pi * self.radius
+
+
+UNIT = Circle(1)
+'''
+MAIN = "from .shapes import Circle, area as circle_area\nfrom os import path\n\nc = Circle(2)\n"
+
+
+def source(path: str, text: str) -> SourceFile:
+    return SourceFile(path, text, PARSER.parse(text.encode()), "python")
+
+
+def count(text: str) -> int:
+    return len(text) // 4 + 1
+
+
+def test_imports_are_read_with_their_level_and_original_names():
+    tree = PARSER.parse(MAIN.encode())
+    assert python_imports(tree, MAIN.encode()) == [
+        Import("shapes", 1, ("Circle", "area")), Import("os", 0, ("path",))]
+
+
+def test_relative_and_absolute_modules_resolve_to_open_files():
+    paths = ["/w/pkg/shapes.py", "/w/pkg/sub/__init__.py", "/w/other/shapes.py"]
+    assert resolve_module("/w/pkg/main.py", Import("shapes", 1, ("x",)), paths) == "/w/pkg/shapes.py"
+    assert resolve_module("/w/pkg/sub/a.py", Import("", 1, ("x",)), paths) == "/w/pkg/sub/__init__.py"
+    assert resolve_module("/w/pkg/sub/a.py", Import("shapes", 2, ("x",)), paths) == "/w/pkg/shapes.py"
+    assert resolve_module("/w/x.py", Import("pkg.sub", 0, ("x",)), paths) == "/w/pkg/sub/__init__.py"
+    assert resolve_module("/w/x.py", Import("missing", 0, ("x",)), paths) is None
+    assert module_paths("/w/pkg/main.py", Import("a.b", 0, ())) == ["/a/b.py", "/a/b/__init__.py"]
+
+
+def test_the_definitions_of_imported_names_come_from_the_open_module():
+    chunks = imported_definitions(source("/w/pkg/main.py", MAIN), [source("/w/pkg/shapes.py", SHAPES)])
+    assert [c.text.split("\n")[0] for c in chunks] == ["def area(radius):", "class Circle:"]
+    assert all(c.path == "/w/pkg/shapes.py" and c.kind == "definition" for c in chunks)
+    assert chunks[0].start_line == 3
+
+
+def test_a_long_class_is_cut_to_its_skeleton():
+    body = "".join(f"    def m{i}(self):\n        return {i}\n\n" for i in range(30))
+    text = "class Big:\n    size = 3\n" + body
+    cut = skeleton(text, max_lines=40)
+    assert cut.startswith("class Big:\n    size = 3\n    def m0(self):\n")
+    assert "return" not in cut and cut.count("\n") <= 40
+
+
+def test_similarity_picks_the_window_that_shares_identifiers():
+    query = identifiers("total = compute_total(order.items, discount_rate)")
+    assert jaccard(query, identifiers("def compute_total(items, discount_rate): ...")) > \
+        jaccard(query, identifiers("def render_page(template): ..."))
+    lines = "".join(f"line_{i} = {i}\n" for i in range(120))
+    starts = [s for s, _ in windows(lines, size=50, step=25)]
+    assert starts[0] == 0 and starts[-1] == 70
+
+
+def test_chunks_fill_the_budget_definitions_first_and_come_in_path_order():
+    current = source("/w/pkg/main.py", MAIN + "radius = Circle(3).perimeter()\n")
+    related = source("/w/pkg/a_geometry.py", "def perimeter(radius):\n    return radius * Circle\n")
+    unrelated = source("/w/pkg/b_http.py", "def fetch(url, session):\n    return session.get(url)\n")
+    others = [source("/w/pkg/shapes.py", SHAPES), unrelated, related]
+    chunks = pick_chunks(current, current.text, others, 10_000, count)
+    assert [c.kind for c in chunks if c.path.endswith("shapes.py")] == ["definition", "definition"]
+    assert any(c.path.endswith("a_geometry.py") and c.kind == "similar" for c in chunks)
+    assert not any(c.path.endswith("b_http.py") for c in chunks)  # nothing in common
+    assert [(c.path, c.start_line) for c in chunks] == sorted((c.path, c.start_line) for c in chunks)
+    small = pick_chunks(current, current.text, others, 40, count)
+    assert sum(count(c.text) + 8 for c in small) <= 40
+    assert pick_chunks(current, current.text, others, 0, count) == []
+
+
+def test_the_layout_is_qwens_repository_format():
+    tokens = RepoTokens(repo_name=1000, file_sep=1001)
+    chunks = [Chunk("/w/pkg/shapes.py", 3, "def area(r):\n    return r\n", "definition"),
+              Chunk("/w/pkg/shapes.py", 8, "class Circle:\n", "definition")]
+    ids = layout_ids(chunks, "/w/pkg/main.py", ["/w"], "python", lambda t: [ord(c) for c in t], tokens)
+    text = "".join(chr(i) if i < 1000 else {1000: "<R>", 1001: "<F>"}[i] for i in ids)
+    assert text == ("<R>w\n<F>pkg/shapes.py\ndef area(r):\n    return r\n# ...\nclass Circle:\n"
+                    "<F>pkg/main.py\n")
+    assert display_path("/elsewhere/deep/x.py", ["/w"]) == "deep/x.py"
+
+
+def test_a_plan_is_kept_while_the_cursor_stays_in_its_block():
+    context = CrossFileContext()
+    tokens = RepoTokens(1000, 1001)
+    shapes = source("/w/pkg/shapes.py", SHAPES)
+
+    def plan(line: int, text: str):
+        return context.prefix_ids("file:///w/pkg/main.py", source("/w/pkg/main.py", text), line,
+                                  text, "", [shapes], ["/w"], 500, lambda t: [ord(c) for c in t], tokens)
+
+    first = plan(3, MAIN)
+    assert first.chunks and first.ids[0] == 1000
+    # Typing changes the text (and what would be picked), not the plan, inside the block.
+    assert plan(4, "from os import path\n").ids == first.ids
+    assert plan(BLOCK_LINES + 1, "from os import path\n").chunks == ()
+    assert context.prefix_ids("u", source("/w/x.py", MAIN), 0, MAIN, "", [shapes], [], 500,
+                              len, None).ids == ()  # a model without the markers: none
+
+
+def test_opening_another_file_renews_the_plan_once():
+    context = CrossFileContext()
+    tokens = RepoTokens(1000, 1001)
+    current = source("/w/pkg/main.py", MAIN)
+
+    def plan(others):
+        return context.prefix_ids("file:///w/pkg/main.py", current, 3, MAIN, "", others, ["/w"], 500,
+                                  lambda t: [ord(c) for c in t], tokens)
+
+    assert plan([]).chunks == ()
+    shapes = source("/w/pkg/shapes.py", SHAPES)
+    renewed = plan([shapes])
+    assert renewed.chunks and plan([shapes]) is renewed
