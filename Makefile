@@ -61,8 +61,8 @@ test-remote: models llama-server ## remote backends against real llama-servers o
 test-editors: models editors ## real Neovim and real VS Code (code-server) with the real server
 	$(PYTEST) tests/editors -q
 
-bench: models ## engine benchmark: HumanEval, 40 prompts, 128 tokens (about 25 minutes on 2 idle cores)
-	$(SPECFILL) bench engine --prompts humaneval --limit 40 --max-new-tokens 128 --out $(OUT)/engine
+bench: models ## engine benchmark: HumanEval, 40 prompts, 128 tokens, the CPU default weights (about 25 minutes on 2 idle cores)
+	$(SPECFILL) bench engine --prompts humaneval --limit 40 --max-new-tokens 128 --modes target,hf-assisted-4,hf-assisted-default,specfill --out $(OUT)/engine
 
 bench-lsp: models ## the server over stdio while typing: first-token and cancel latency
 	$(SPECFILL) bench lsp --out $(OUT)/lsp
@@ -76,9 +76,9 @@ bench-quality: models ## completion quality on 40 held-out spots of installed th
 bench-bound: models ## the fastest any k controller could be on make bench's prompts (run make bench first)
 	$(SPECFILL) bench bound --from $(OUT)/engine --out $(OUT)/bound
 
-bench-peers: models ## specfill vs llama.cpp on the same GGUF files (builds llama-cpp-python, ~9 min)
+bench-peers: models llama-server ## specfill vs llama.cpp (its C++ server and llama-cpp-python) on the same GGUF files (builds llama-cpp-python, ~9 min)
 	bash scripts/install-llama-cpp.sh $(BIN)/pip
-	$(SPECFILL) bench peers --out $(OUT)/peers
+	$(SPECFILL) bench peers --limit 8 --out $(OUT)/peers
 
 clean: ## remove build outputs (keeps .venv and the model cache)
 	rm -rf build dist *.egg-info editors/vscode/dist editors/vscode/*.vsix .pytest_cache
