@@ -31,8 +31,9 @@ FIXED = ("fixed-2", "fixed-4", "fixed-8")
 TARGETS = {"policy_vs_best_fixed": 1.10, "high_entropy_vs_plain": 0.95,
            "boilerplate_speedup_vs_target": 2.5}
 
-# Cost model for the duration estimate: the default pair, bf16, 2 threads, quiet machine
-# (NOTES.md). Speculative modes are guessed at these multiples of plain decoding speed.
+# Only for the printed duration estimate, never for results: rough costs of the default
+# pair with bf16 weights on 2 threads. Speculative modes are guessed at these multiples of
+# plain decoding speed.
 TARGET_STEP_S = 0.16
 TARGET_PREFILL_TOKENS_PER_S = 210.0
 DRAFT_PREFILL_TOKENS_PER_S = 530.0
