@@ -142,7 +142,12 @@ def test_ghost_text_streams_in_and_tab_inserts_exactly_the_suggestion(code_serve
     assert len(seen[-1]) > len(seen[0]), f"ghost text did not grow: {seen!r}"
     assert "\n" in accepted, f"a block completion shows more than one line: {accepted!r}"
     assert accepted.strip(), "no ghost text to accept"
-    saved = (code_server.workspace / "primes.py").read_text()
+    # The tab's dirty mark can clear a moment before code-server's write reaches the disk.
+    path, deadline = code_server.workspace / "primes.py", time.monotonic() + 15
+    saved = path.read_text()
+    while saved == SOURCE + TYPED and time.monotonic() < deadline:
+        time.sleep(0.2)
+        saved = path.read_text()
     assert saved.startswith(SOURCE + TYPED)
     inserted = saved[len(SOURCE + TYPED):]
     # Exactly the suggestion on screen; VS Code draws no trailing empty lines, so a
