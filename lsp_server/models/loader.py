@@ -84,7 +84,8 @@ class PairInfo:
                 f"{role}: {info.source.label} ({info.source.kind}) {info.parameters / 1e6:,.0f}M params, "
                 f"{info.parameter_bytes / 1e9:.2f} GB, vocab {info.vocab_size}, loaded in {info.load_seconds:.1f} s"
             )
-        out.append(f"process RSS: {self.rss_bytes / 1e9:.2f} GB")
+        out.append(f"process RSS after reading the files: {self.rss_bytes / 1e9:.2f} GB "
+                   "(before quantization and kernel caches; specfill/stats has the live figure)")
         return out
 
 
