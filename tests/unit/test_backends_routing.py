@@ -76,15 +76,7 @@ def test_remote_errors_scrub_the_key():
 
 
 def test_remote_backends_do_not_import_torch_or_pygls():
-    import subprocess
-    import sys
+    from tests.import_walls import heavy_imports
 
-    code = (
-        "import sys\n"
-        "import lsp_server.backends.remote, lsp_server.backends.routing, lsp_server.backends.select\n"
-        "heavy = sorted(m for m in ('torch', 'transformers', 'pygls') if m in sys.modules)\n"
-        "print(heavy)\n"
-        "sys.exit(1 if heavy else 0)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert heavy_imports("lsp_server.backends.remote", "lsp_server.backends.routing",
+                         "lsp_server.backends.select") == []

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from lsp_server.config import Config, config_from_options, model_identity
@@ -57,9 +54,9 @@ def test_model_identity_changes_only_with_model_settings():
 
 
 def test_config_does_not_import_torch():
-    code = "import sys, lsp_server.config, lsp_server.protocol; print('torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    from tests.import_walls import heavy_imports
+
+    assert "torch" not in heavy_imports("lsp_server.config", "lsp_server.protocol")
 
 
 def test_a_bad_change_keeps_the_value_in_force_and_says_so():

@@ -1,5 +1,3 @@
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -147,12 +145,6 @@ def test_describe_names_the_kind_node_and_indents() -> None:
 
 
 def test_syntax_modules_do_not_import_torch() -> None:
-    code = (
-        "import sys\n"
-        "import lsp_server.syntax.context, lsp_server.syntax.policy, lsp_server.syntax.indent\n"
-        "heavy = sorted(m for m in ('torch', 'transformers', 'pygls') if m in sys.modules)\n"
-        "print(heavy)\n"
-        "sys.exit(1 if heavy else 0)\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
+    from tests.import_walls import heavy_imports
+
+    assert heavy_imports("lsp_server.syntax.context", "lsp_server.syntax.policy", "lsp_server.syntax.indent") == []
