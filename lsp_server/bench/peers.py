@@ -120,9 +120,12 @@ class LlamaServerRunner:
     """llama.cpp's C++ `llama-server` on loopback, fed token ids over streaming /completion."""
 
     def __init__(self, gguf: Path, n_ctx: int, threads: int):
+        import atexit
+
         from lsp_server.backends.llama_binary import LlamaServerProcess
 
         self.server = LlamaServerProcess(gguf, threads=threads, ctx=n_ctx).start()
+        atexit.register(self.server.stop)  # the benchmark's child: it must not outlive the run
 
     def run(self, ids: list[int], max_new: int, stop_ids: set[int]) -> dict[str, Any]:
         import json
@@ -149,9 +152,6 @@ class LlamaServerRunner:
                 if chunk.get("stop") or len(out) >= max_new or any(x in stop_ids for x in chunk.get("tokens") or []):
                     break  # closing the stream stops the server's generation
         return timed_result(out, times, time.perf_counter() - t)
-
-    def close(self) -> None:
-        self.server.stop()
 
 
 def timed_result(tokens: list[int], times: list[float], seconds: float) -> dict[str, Any]:
