@@ -218,10 +218,24 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
         else:
             progress(f"round costs not measured cleanly (busy CPU? {describe_costs(costs)}); "
                      "the syntax policy's k bounds apply as they are")
+    released = release_weight_pages(m.cacheDir or None)
+    if released:
+        progress(f"weight file pages handed back after load: {released / 1e9:.2f} GB of maps "
+                 "(read again from the file if ever needed)")
     lines = pair.info.lines()
     for line in lines:
         progress(line)
     return Runtime(engine, encode, fim, lines, repo_tokens(tokenizer))
+
+
+def release_weight_pages(cache_dir: str | None) -> int:
+    """Every kernel has run once (warm-up, costs): the W8A8 int8 weights zentorch has copied
+    into its own cache are not read again, so their file's pages go back to the system; a
+    weight the kernel's cache ever evicts faults back in from the file (models.file_pages)."""
+    from lsp_server.models.file_pages import release_cached_pages
+    from lsp_server.models.registry import resolve_cache_dir
+
+    return release_cached_pages([resolve_cache_dir(cache_dir)])
 
 
 def repo_tokens(tokenizer: Any) -> Any:

@@ -84,11 +84,28 @@ def _same_numbers(fused: Callable[[torch.Tensor], torch.Tensor], parts: list[nn.
         return all(torch.equal(g, p(x)) for g, p in zip(got, parts))
 
 
+def _adjacent_rows(weights: tuple[torch.Tensor, ...]) -> torch.Tensor | None:
+    """The parts' rows as one view where they already lie back to back in one buffer (the
+    W8A8 cache file's layout: `quant_cache`), else None."""
+    first = weights[0]
+    if not all(w.is_contiguous() and w.dtype == first.dtype and w.shape[1:] == first.shape[1:] for w in weights):
+        return None
+    if any(w.untyped_storage().data_ptr() != first.untyped_storage().data_ptr() for w in weights):
+        return None
+    step = first.element_size()
+    if any(a.data_ptr() + a.numel() * step != b.data_ptr() for a, b in zip(weights, weights[1:])):
+        return None
+    rows = sum(w.shape[0] for w in weights)
+    return first.new_empty(0).set_(first.untyped_storage(), first.storage_offset(), (rows, *first.shape[1:]))
+
+
 def _fuse_w8a8(parts: list[W8A8Linear]) -> W8A8Linear | None:
-    """One layer of the parts' stacked int8 rows; the parts' weights become row views of it."""
+    """One layer of the parts' stacked int8 rows; the parts' weights become row views of it
+    (they are already where they lie next to each other: no copy then)."""
     weights, scales = zip(*(p.unpacked() for p in parts))
     bias = torch.cat([p.bias for p in parts]) if parts[0].bias is not None else None
-    fused = W8A8Linear.from_int8(torch.cat(weights), torch.cat(scales), bias)
+    stacked = _adjacent_rows(weights)
+    fused = W8A8Linear.from_int8(torch.cat(weights) if stacked is None else stacked, torch.cat(scales), bias)
     if w8a8.check(fused) is not None:
         return None
     offset = 0

@@ -3,6 +3,7 @@
 Layout, next to the converted model (`SPECFILL_CACHE` overrides `~/.cache/specfill`):
 
     <root>/<cache_key>/quant/<tag>/weights.safetensors   buffers of the quantized layers only
+    <root>/<cache_key>/quant/<tag>/int8.bin              W8A8 layers' int8 weights (w8a8 only)
     <root>/<cache_key>/quant/<tag>/quant.json            mode, group size, torch version, ...
 
 `<tag>` is `int8`, `int4-g32`, `mixed-g32`, `int4-g32-nohead`, ... Only the quantized layers
@@ -12,6 +13,13 @@ A cache is used only if everything in quant.json matches: the int4 packed layout
 the torch version and on the CPU capability (AVX2 and AVX512 pack differently), and the
 source fingerprint catches a changed model under the same key. Writes go to a temp
 directory renamed into place, so a crash never leaves a half-written cache behind.
+
+W8A8 weights live in `int8.bin`, one after another in module order, each at a 64-byte
+aligned offset, and a loaded model reads them through a read-only map of that file rather
+than a copy. zentorch keeps its own reordered copy of every weight it has seen, so after
+load our copy is never read again: `file_pages.release_cached_pages` hands its pages back
+(the file is there if the kernel's cache ever evicts a weight and reads it again). Layers
+of one block sit back to back (q, k, v; gate, up), so `fuse` stacks them as one view.
 """
 
 from __future__ import annotations
@@ -19,10 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import mmap
 import os
+import warnings
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
@@ -45,8 +55,12 @@ from lsp_server.models.registry import MODELS, resolve_cache_dir
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 WEIGHTS_FILE = "weights.safetensors"
+INT8_FILE = "int8.bin"
+# zentorch's int8 kernel crashed on weights at 8-byte aligned addresses; torch's allocator
+# gives 64, and so does this file's layout (the map itself starts on a page).
+INT8_ALIGN = 64
 META_FILE = "quant.json"
 _FINGERPRINT_SAMPLES = 4096
 
@@ -61,6 +75,7 @@ class QuantMeta:
     cpu_capability: str
     source_fingerprint: str
     quantized: dict[str, LayerKind]  # layer name -> int8 / int4
+    int8_file: dict[str, list[int]] = field(default_factory=dict)  # W8A8 weight -> [offset, rows, cols]
 
 
 def quant_dir(cache_key: str, config: QuantConfig, root: Path | None = None) -> Path:
@@ -132,9 +147,10 @@ def save_quantized(model: nn.Module, directory: Path, fingerprint: str) -> Path:
     layers = quantized_layers(model)
     tensors = {f"{name}.{key}": tensor.contiguous()
                for name in layers for key, tensor in model.get_submodule(name).state_dict().items()}
+    int8 = {name: tensors.pop(f"{name}.weight") for name, kind in layers.items() if kind == "w8a8"}
     meta = QuantMeta(format=CACHE_FORMAT, mode=config.mode, group_size=config.group_size,
                      include_lm_head=config.include_lm_head, source_fingerprint=fingerprint,
-                     quantized=layers, **_runtime())
+                     quantized=layers, int8_file=_int8_layout(int8), **_runtime())
     directory.parent.mkdir(parents=True, exist_ok=True)
     _remove_orphaned_temp_dirs(directory)
     tmp = directory.parent / f".{directory.name}.{os.getpid()}.tmp"
@@ -142,6 +158,8 @@ def save_quantized(model: nn.Module, directory: Path, fingerprint: str) -> Path:
     tmp.mkdir()
     try:
         save_file(tensors, str(tmp / WEIGHTS_FILE), metadata={"mode": config.mode})
+        if int8:
+            _write_int8(tmp / INT8_FILE, int8, meta.int8_file)
         (tmp / META_FILE).write_text(json.dumps(asdict(meta), indent=1))
         if directory.exists():
             shutil.rmtree(directory)  # stale: other torch, other CPU or other model
@@ -159,8 +177,9 @@ def _own_memory(tensor: torch.Tensor) -> torch.Tensor:
 
     safetensors serves tensors as views into a private memory map of the file, at offsets
     that are only 8-byte aligned. The int8 kernel crashed (SIGSEGV, every run) on such views
-    of a cached model here, and ran fine on copies; a copy also keeps the weights out of a
-    file mapping the kernel may page out and read back from disk under memory pressure.
+    of a cached model here, and ran fine on copies. What stays in weights.safetensors is
+    small (scales, biases) or read by torch's own kernels on every step (int4 packs), so
+    it is copied; W8A8 weights come from int8.bin instead (`map_int8`).
     """
     return tensor.clone(memory_format=torch.contiguous_format)
 
@@ -168,15 +187,66 @@ def _own_memory(tensor: torch.Tensor) -> torch.Tensor:
 def own_remaining_weights(model: nn.Module) -> None:
     """Copy the layers quantization left (embeddings, norms) into torch's own memory.
 
-    The loader reads safetensors through a memory map, and the file stays mapped while any
-    tensor still points into it. Quantizing reads every weight once (the fingerprint, the
-    fit), so all their pages become resident and stay counted in the process's memory as
-    long as the map lives: the 1.5B target's 3.5 GB of bf16 pages stayed after its layers
-    were replaced by int8 ones (RSS 5.05 GB -> 2.61 GB after this copy, measured here)."""
+    The loader reads safetensors through a private, writable memory map, and the file stays
+    mapped while any tensor still points into it. Quantizing reads every weight once (the
+    fingerprint, the fit), so all their pages become resident and stay counted in the
+    process's memory as long as the map lives: the 1.5B target's 3.5 GB of bf16 pages
+    stayed after its layers were replaced by int8 ones (RSS 5.05 GB -> 2.61 GB after this
+    copy, measured here). A writable map's pages cannot simply be handed back
+    (`file_pages` only touches read-only ones), so the copy it is."""
     with torch.no_grad():
         for tensor in [*model.parameters(), *model.buffers()]:
             if tensor.is_floating_point():
                 tensor.data = tensor.data.clone()
+
+
+def _int8_layout(weights: dict[str, torch.Tensor]) -> dict[str, list[int]]:
+    """name -> [byte offset, rows, cols] in int8.bin: module order, 64-byte aligned, so the
+    projections of one block are adjacent wherever their sizes are whole multiples of 64."""
+    layout, offset = {}, 0
+    for name, weight in weights.items():
+        offset = -(-offset // INT8_ALIGN) * INT8_ALIGN
+        layout[name] = [offset, *weight.shape]
+        offset += weight.numel()
+    return layout
+
+
+def _write_int8(path: Path, weights: dict[str, torch.Tensor], layout: dict[str, list[int]]) -> None:
+    with open(path, "wb") as f:
+        for name, weight in weights.items():
+            f.seek(layout[name][0])
+            f.write(weight.contiguous().numpy().tobytes())
+
+
+def map_int8(directory: Path, layout: dict[str, list[int]]) -> dict[str, torch.Tensor]:
+    """The W8A8 weights of a cache as views of a read-only map of its int8.bin (no copy).
+
+    Read-only, so no page of it can ever differ from the file: handing its pages back to
+    the system (`file_pages`) can never lose data, only cost a re-read."""
+    if not layout:
+        return {}
+    with open(directory / INT8_FILE, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        end = max(offset + rows * cols for offset, rows, cols in layout.values())
+        if size < end:
+            raise ValueError(f"quantized cache {directory}: {INT8_FILE} holds {size} bytes, its index needs {end}")
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    with warnings.catch_warnings():  # "non-writable buffer": read-only is the point
+        warnings.simplefilter("ignore", UserWarning)
+        data = torch.frombuffer(mapped, dtype=torch.int8)
+    return {name: data[offset:offset + rows * cols].view(rows, cols) for name, (offset, rows, cols) in layout.items()}
+
+
+def map_cached_int8(model: nn.Module, directory: Path) -> None:
+    """Point the W8A8 layers of a model just quantized and saved at the saved file (the same
+    values), so it holds its weights as a model loaded from the cache does."""
+    meta = read_meta(directory)
+    mapped = map_int8(directory, meta.int8_file if meta else {})
+    for name, weight in mapped.items():
+        layer = model.get_submodule(name)
+        if not torch.equal(layer.weight, weight):
+            raise ValueError(f"quantized cache {directory}: {name} reads back different from what was saved")
+        layer.weight = weight
 
 
 def load_quantized(model: nn.Module, directory: Path) -> nn.Module:
@@ -192,6 +262,7 @@ def load_quantized(model: nn.Module, directory: Path) -> nn.Module:
         raise ValueError(f"quantized cache {directory} has format {meta.format}, this version reads {CACHE_FORMAT}")
     config = QuantConfig(meta.mode, meta.group_size, meta.include_lm_head)  # type: ignore[arg-type]
     tensors = {key: _own_memory(t) for key, t in load_file(str(directory / WEIGHTS_FILE)).items()}
+    tensors.update({f"{name}.weight": weight for name, weight in map_int8(directory, meta.int8_file).items()})
     twins: dict[str, nn.Module] = {}
     for name, kind in meta.quantized.items():
         try:
@@ -248,6 +319,8 @@ def apply_quant(model: nn.Module, mode: QuantMode, cache_key: str | None,
         save_quantized(model, directory, fingerprint)
     except OSError as err:
         log.warning("could not cache quantized weights in %s: %s", directory, err)
+        return model
+    map_cached_int8(model, directory)
     return model
 
 

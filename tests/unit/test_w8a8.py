@@ -170,3 +170,45 @@ def test_without_zentorch_auto_falls_back_to_torch_int4_and_says_why() -> None:
     assert lines[0] == "int4-g32"
     assert "torch int4" in lines[1] and "zentorch does not import" in lines[1]
     assert "use int4-g32" in lines[2]
+
+
+def _file_rss_kb(path) -> int:
+    """Resident kB of this process's maps of `path` (from /proc/self/smaps)."""
+    total, current = 0, None
+    for line in open("/proc/self/smaps"):
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
+            current = head[5] if len(head) > 5 else ""
+        elif line.startswith("Rss:") and current == str(path):
+            total += int(head[1])
+    return total
+
+
+def test_a_cached_w8a8_model_reads_its_weights_from_a_read_only_map_and_can_hand_its_pages_back(tmp_path) -> None:
+    from lsp_server.models.file_pages import release_cached_pages
+    from lsp_server.models.fuse import fuse_projections
+    from lsp_server.models.quant_cache import INT8_FILE, apply_quant, quant_dir
+    from lsp_server.models.quantize import QuantConfig
+    from tests.tiny_models import qwen2_for_fusing
+
+    fresh = quantize_model(qwen2_for_fusing(seed=3, dtype=torch.bfloat16), "w8a8")
+    first = apply_quant(qwen2_for_fusing(seed=3, dtype=torch.bfloat16), "w8a8", "tiny", root=tmp_path)  # saves
+    cached = apply_quant(qwen2_for_fusing(seed=3, dtype=torch.bfloat16), "w8a8", "tiny", root=tmp_path)  # loads
+    path = (quant_dir("tiny", QuantConfig("w8a8"), tmp_path) / INT8_FILE).resolve()
+    ids = torch.tensor([[5, 17, 42, 99, 3]])
+    with torch.inference_mode():
+        want = fresh(ids).logits
+        for model in (first, cached):
+            layers = [m for m in model.modules() if isinstance(m, W8A8Linear)]
+            assert layers and all(m.weight.data_ptr() % 64 == 0 for m in layers)
+            assert all(not m.weight.untyped_storage().resizable() for m in layers)  # a map, not torch's memory
+            assert torch.equal(model(ids).logits, want)
+    # q, k and v (gate and up) lie back to back in the file: fusing stacks them without a copy.
+    assert fuse_projections(cached) > 0
+    attn = cached.model.layers[0].self_attn
+    assert attn._specfill_qkv.module.weight.data_ptr() == attn.q_proj.weight.data_ptr()
+    assert _file_rss_kb(path) > 0
+    assert release_cached_pages([tmp_path]) >= path.stat().st_size
+    assert _file_rss_kb(path) == 0
+    with torch.inference_mode():
+        assert torch.equal(cached(ids).logits, want)  # pages read back from the file
