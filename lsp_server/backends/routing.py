@@ -56,6 +56,13 @@ class Router:
         self._health_task: asyncio.Task | None = None
         self.failovers = 0
         self.fallbacks = 0
+        self._primes: list[asyncio.Task] = []
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # built outside an event loop (tests): the first request connects
+            loop = None
+        if loop is not None:
+            self._primes = [loop.create_task(r.prime()) for r in remotes]
 
     # -- the interface --------------------------------------------------------------
 
@@ -92,8 +99,8 @@ class Router:
         return lines
 
     def stop(self) -> None:
-        for pump in list(self._pumps.values()):
-            pump.cancel()
+        for task in [*self._primes, *self._pumps.values()]:
+            task.cancel()
         if self._health_task is not None:
             self._health_task.cancel()
         if self.fallback is not None:

@@ -3,10 +3,13 @@
 Three parts (`--part`, default all):
 - overhead: time to the first streamed text through specfill over stdio vs a raw streaming
   HTTP client posting the very same body to the same server, per prompt, both with the
-  prompt already in the server's cache (a raw warm-up request first), so the difference is
-  what specfill adds: LSP, prompt building, routing, parsing, notifications.
+  prompt already in the server's cache (a raw warm-up request first) and the server idle
+  (each waits for /slots to show no slot processing; the two alternate who goes first), so
+  the difference is what specfill adds: LSP, prompt building, routing, parsing, notifications.
 - cancel: a long completion cancelled after its first streamed text; time until the server's
-  `/slots` shows the slot idle (polled every 5 ms).
+  `/slots` shows the slot idle (polled every 5 ms from the benchmark's event loop over one
+  kept-alive connection), and the server's own time per token on the same prompts: it
+  notices a closed stream when it writes its next token and then finishes the step under way.
 - failover: a typing trace of N requests over several documents on two servers, every
   `--burst`-th keystroke typed before the previous answer (a superseded request); one server
   is killed halfway. Checks that every request is answered exactly once and that a document
@@ -41,6 +44,7 @@ from lsp_server.lsp_client import SpecfillClient
 from lsp_server.models.registry import resolve_cache_dir
 
 TARGETS = {"first_text_overhead_p50_s": 0.030, "cancel_idle_p95_s": 0.250}
+POLL_S = 0.005  # /slots polling interval
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -104,34 +108,71 @@ def body_for(source: str, uri: str, spot: tuple[int, int], opts: dict) -> dict[s
 
 
 async def raw_first_text(client: httpx.AsyncClient, url: str, body: dict) -> float | None:
+    """Time to the first non-blank streamed text. The stream is then read to its end, as
+    specfill reads it, so the server is not left generating into the next measurement."""
     t0 = time.monotonic()
+    first = None
     async with client.stream("POST", url + "/completion", json=body) as response:
         async for line in response.aiter_lines():
             if line.startswith("data:"):
                 obj = json.loads(line[5:])
-                if (obj.get("content") or "").strip():
-                    return time.monotonic() - t0
+                if first is None and (obj.get("content") or "").strip():
+                    first = time.monotonic() - t0
                 if obj.get("stop"):
-                    return None
-    return None
+                    break
+    return first
+
+
+async def busy(client: httpx.AsyncClient, url: str) -> bool:
+    """Whether the server's slot is generating (GET /slots)."""
+    return any(s["is_processing"] for s in (await client.get(url + "/slots")).json())
+
+
+async def wait_idle(client: httpx.AsyncClient, url: str, poll_s: float = POLL_S,
+                    timeout_s: float = 120.0) -> float:
+    """Seconds until /slots shows no slot processing. Polled from this event loop over one
+    kept-alive connection: a fresh client per poll (a thread, a TLS context, a TCP handshake)
+    costs tens of ms of the same two cores the server decodes on, and is that coarse."""
+    t0 = time.monotonic()
+    while await busy(client, url):
+        if time.monotonic() - t0 > timeout_s:
+            raise TimeoutError(f"{url} still busy after {timeout_s:.0f} s")
+        await asyncio.sleep(poll_s)
+    return time.monotonic() - t0
 
 
 async def part_overhead(args, source: str, uri: str, server: LlamaServerProcess) -> dict:
+    """Both sides start on an idle server with the prompt cached, and alternate which goes
+    first. (A raw client that stops reading at its first text leaves the server generating
+    until it notices; a request sent right then waits for the slot. The first version of this
+    benchmark did that before every specfill request, and only there.)"""
     opts = options([server.url], args.max_new_tokens)
     rows = []
     async with SpecfillClient(opts) as c, httpx.AsyncClient(timeout=120) as raw:
         await c.wait_ready(30)
+
+        async def through_specfill(doc_uri: str, spot: tuple[int, int]) -> float | None:
+            await wait_idle(raw, server.url)
+            _, timings = await c.complete(doc_uri, *spot)
+            return timings.first_text_s
+
+        async def direct(body: dict) -> float | None:
+            await wait_idle(raw, server.url)
+            return await raw_first_text(raw, server.url, body)
+
         for i, statement in enumerate(spots(source, args.prompts)):
             text, spot = half_typed(source, statement)
             doc_uri = f"{uri}.overhead{i}.py"
             c.open(doc_uri, "python", text)
             body = body_for(text, doc_uri, spot, opts)
-            await raw_first_text(raw, server.url, body)  # warm-up: the prompt into the cache
-            _, timings = await c.complete(doc_uri, *spot)
-            raw_s = await raw_first_text(raw, server.url, body)
-            if timings.first_text_s is not None and raw_s is not None:
-                rows.append({"spot": spot, "specfill_s": timings.first_text_s, "raw_s": raw_s,
-                             "overhead_s": timings.first_text_s - raw_s})
+            await direct(body)  # warm-up: the prompt into the cache
+            if i % 2 == 0:
+                specfill_s, raw_s = await through_specfill(doc_uri, spot), await direct(body)
+            else:
+                raw_s, specfill_s = await direct(body), await through_specfill(doc_uri, spot)
+            if specfill_s is not None and raw_s is not None:
+                rows.append({"spot": spot, "specfill_s": specfill_s, "raw_s": raw_s,
+                             "overhead_s": specfill_s - raw_s})
     over = sorted(r["overhead_s"] for r in rows)
     return {"samples": len(rows), "first_text_overhead_p50_s": percentile(over, 50),
             "first_text_overhead_p95_s": percentile(over, 95),
@@ -141,12 +182,14 @@ async def part_overhead(args, source: str, uri: str, server: LlamaServerProcess)
 
 async def part_cancel(args, source: str, uri: str, server: LlamaServerProcess) -> dict:
     idle: list[float] = []
-    async with SpecfillClient(options([server.url], 400)) as c:
+    steps: list[float] = []  # the server's seconds per generated token, to read `idle` against
+    async with SpecfillClient(options([server.url], 400)) as c, httpx.AsyncClient(timeout=10) as poll:
         await c.wait_ready(30)
         for i, statement in enumerate(spots(source, args.cancels)):
             text, spot = half_typed(source, statement)
             doc_uri = f"{uri}.cancel{i}.py"
             c.open(doc_uri, "python", text)
+            await wait_idle(poll, server.url)
             msg_id = c.next_id()
             first = asyncio.get_running_loop().create_future()
             task = asyncio.ensure_future(c.complete(
@@ -156,16 +199,23 @@ async def part_cancel(args, source: str, uri: str, server: LlamaServerProcess) -
                 continue
             c.cancel(msg_id)
             t0 = time.monotonic()
-            while any(s["is_processing"] for s in await asyncio.to_thread(server.slots)):
-                await asyncio.sleep(0.005)
+            while await busy(poll, server.url):
+                await asyncio.sleep(POLL_S)
             idle.append(time.monotonic() - t0)
             try:
                 await task
             except JsonRpcRequestCancelled:
                 pass
+            # The server's own time per token on this prompt: it notices a closed stream only
+            # when it writes its next token, then finishes the decode step under way.
+            body = {**body_for(text, doc_uri, spot, options([server.url], 400)), "n_predict": 16,
+                    "stream": False, "stop": [], "ignore_eos": True}  # the cached prompt
+            timings = (await poll.post(server.url + "/completion", json=body, timeout=120)).json()["timings"]
+            steps.append(timings["predicted_ms"] / 1000 / max(timings["predicted_n"], 1))
     idle.sort()
     return {"samples": len(idle), "cancel_idle_p50_s": percentile(idle, 50),
-            "cancel_idle_p95_s": percentile(idle, 95), "idle_s": idle}
+            "cancel_idle_p95_s": percentile(idle, 95), "idle_s": idle,
+            "server_token_interval_p50_s": percentile(sorted(steps), 50), "poll_interval_s": POLL_S}
 
 
 async def part_failover(args, source: str, servers: list[LlamaServerProcess]) -> dict:
@@ -284,7 +334,9 @@ def report(result: dict) -> str:
                  ["first text, raw client, p50", o["raw_first_text_p50_s"], "s", None, o["samples"]]]
     if c:
         rows += [["cancel -> slot idle, p50", c["cancel_idle_p50_s"], "s", None, c["samples"]],
-                 ["cancel -> slot idle, p95", c["cancel_idle_p95_s"], "s", TARGETS["cancel_idle_p95_s"], c["samples"]]]
+                 ["cancel -> slot idle, p95", c["cancel_idle_p95_s"], "s", TARGETS["cancel_idle_p95_s"], c["samples"]],
+                 ["llama-server time per token (same prompts), p50", c["server_token_interval_p50_s"],
+                  "s", None, c["samples"]]]
     if f:
         rows += [["requests answered exactly once", f"{f['answered']}/{f['requests']}", "", None, f["requests"]],
                  ["documents moved while their server lived",
