@@ -22,6 +22,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
+from . import heap
 from .types import CompletionRequest, EngineEvent, Finished, Stats
 
 log = logging.getLogger(__name__)
@@ -175,11 +176,13 @@ class EngineWorker:
             self.busy.set()
             try:
                 self._apply_threads()
-                self._serve(job)
+                prefilled = self._serve(job)
             finally:
                 with self._lock:
                     self._active.pop(job.request.id, None)
                 self.busy.clear()
+            if prefilled >= heap.TRIM_AFTER_PREFILLED and self._jobs.empty():
+                heap.trim()  # idle now: nobody waits for it
 
     def _fail(self, reason: str) -> None:
         """Stop serving: the jobs still queued are answered at once (aborted)."""
@@ -200,8 +203,14 @@ class EngineWorker:
         self._applied_threads = wanted
         self.threads_in_use = torch.get_num_threads()
 
-    def _serve(self, job: _Job) -> None:
+    def _serve(self, job: _Job) -> int:
+        """Run one job to its Finished; returns the tokens it prefilled."""
+        prefilled = 0
+
         def emit(event: EngineEvent) -> None:
+            nonlocal prefilled
+            if isinstance(event, Finished):
+                prefilled = event.stats.prefilled_tokens
             if job.loop.is_closed():
                 return  # the server is gone; nobody is left to tell
             if isinstance(event, Finished) and job.on_final is not None:
@@ -212,7 +221,7 @@ class EngineWorker:
             reason = "aborted" if job.abort.is_set() else "error"
             emit(Finished(job.request.id, "", (), Stats(stop_reason=reason), reason,
                           error=self.load_error))
-            return
+            return prefilled
         try:
             for event in self.engine.generate(job.request, job.abort.is_set):
                 emit(event)
@@ -225,3 +234,4 @@ class EngineWorker:
             error = f"{type(exc).__name__}: {exc}"
             self._fail(error)  # before the answer, so whoever reads it sees `failed`
             emit(Finished(job.request.id, "", (), Stats(stop_reason="error"), "error", error=error))
+        return prefilled

@@ -148,3 +148,30 @@ def test_an_abort_inside_a_forward_pass_leaves_a_consistent_reusable_cache(lean)
     again = list(engine.generate(CompletionRequest("b", prompt, short)))[-1]
     assert again.stats.prefilled_tokens == len(prompt) - 16
     assert list(again.token_ids) == plain_greedy(engine.target, list(prompt), 12)
+
+
+async def test_the_idle_worker_hands_freed_heap_back_after_a_long_prefill_only(monkeypatch):
+    from lsp_server.engine import heap
+
+    trims = []
+    monkeypatch.setattr(heap, "trim", lambda: trims.append(1) or True)
+    worker = EngineWorker(make_engine)
+    worker.start()
+    assert await worker.wait_ready(30)
+    policy = DraftPolicy(context="t", max_new_tokens=2, stop=StopRule("none"))
+    short = tuple(range(4, 20))
+    long = tuple(i % 40 for i in range(heap.TRIM_AFTER_PREFILLED + 10))
+    for name, prompt, want in (("short", short, 0), ("long", long, 1), ("again", long, 1)):
+        events = [e async for e in worker.submit(CompletionRequest(name, prompt, policy))]
+        assert events[-1].reason == "max-tokens"
+        await asyncio.sleep(0.3)  # the trim runs on the worker thread just after the answer
+        assert len(trims) == want, name  # "again": its prompt is cached, little prefilled
+    worker.stop()
+
+
+def test_trim_runs_where_glibc_has_malloc_trim():
+    import sys
+
+    from lsp_server.engine import heap
+
+    assert heap.trim() is sys.platform.startswith("linux")
