@@ -122,7 +122,7 @@ _RANGES: dict[str, tuple[float, float]] = {
 }
 
 
-# The tags `lsp_server.models.quantize.QuantConfig.parse` accepts, checked here without
+# The tags `lsp_server.kernels.quantize.QuantConfig.parse` accepts, checked here without
 # importing torch (the event loop must not stall on a 2 s import during `initialize`).
 _QUANT_TAG = re.compile(r"^(auto|bf16|int8|(int4|mixed|w8a8)(-g(32|64|128|256))?)(-nohead)?$")
 

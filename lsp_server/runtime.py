@@ -42,7 +42,7 @@ def resolve_quant(tag: str, role: str, device_type: str, dtype: Any) -> str:
         return tag
     import torch
 
-    from lsp_server.models.w8a8 import w8a8_available
+    from lsp_server.kernels.w8a8 import w8a8_available
 
     if device_type == "cpu" and dtype == torch.bfloat16:
         return CPU_AUTO_QUANT[role] if w8a8_available() else CPU_FALLBACK_QUANT[role]
@@ -51,7 +51,7 @@ def resolve_quant(tag: str, role: str, device_type: str, dtype: Any) -> str:
 
 def kernel_lines() -> list[str]:
     """Which CPU kernels `auto` picks here, and why: for the load log and `specfill doctor`."""
-    from lsp_server.models.w8a8 import status
+    from lsp_server.kernels.w8a8 import status
 
     st = status()
     if st.usable:
@@ -64,7 +64,7 @@ def apply_quantization(model: Any, tag: str, source: Any, cache_dir: str | None 
     """Quantize once and cache the result on disk under the loader's cache root: a registry
     model under its name, a local directory or GGUF file under a key made from its path (its
     weights' fingerprint still guards against a changed file at the same path)."""
-    from lsp_server.models.quant_cache import quantize_for
+    from lsp_server.kernels.quant_cache import quantize_for
 
     quantize_for(model, tag, source.spec, cache_dir=cache_dir)
 
@@ -77,8 +77,8 @@ def special_token_ids(tokenizer: Any) -> set[int]:
 def _prepare(model: Any, role: str, quant: str, source: Any, cache_dir: str | None,
              options: Any, progress: Callable[[str], None]) -> None:
     """Quantize one model (through the disk cache) and get its layers ready for lean steps."""
-    from lsp_server.models.quant_cache import own_remaining_weights
-    from lsp_server.models.quantize import keep_dense_for_prefill, linear_weights
+    from lsp_server.kernels.quant_cache import own_remaining_weights
+    from lsp_server.kernels.quantize import keep_dense_for_prefill, linear_weights
 
     weight_only = quant.startswith(("int4", "mixed", "int8"))
     if quant != "bf16":
@@ -101,14 +101,14 @@ def _prepare(model: Any, role: str, quant: str, source: Any, cache_dir: str | No
 def ready_for_lean_steps(model: Any, role: str, lean_steps: bool, progress: Callable[[str], None]) -> None:
     """Fuse, pack and check the layers the lean steps call, after quantization."""
     from lsp_server.engine.lean_step import ROWS_INDEPENDENT
-    from lsp_server.models import w8a8
-    from lsp_server.models.fuse import fuse_projections, lean_linears
-    from lsp_server.models.lm_head import flatten_head_input
-    from lsp_server.models.packed import pack_linears
+    from lsp_server.kernels import w8a8
+    from lsp_server.kernels.fuse import fuse_projections, lean_linears
+    from lsp_server.kernels.lm_head import flatten_head_input
+    from lsp_server.kernels.packed import pack_linears
 
     # bf16 layers left (all of them in a bf16 model) get oneDNN-packed copies for the
     # lean steps: the same kernel on a better layout (calls of 1-3 rows padded to 4,
-    # models.packed), ~2x faster steps, the bf16 weights' memory again.
+    # kernels.packed), ~2x faster steps, the bf16 weights' memory again.
     pack = lean_steps and next(model.parameters()).device.type == "cpu"
     fuse_projections(model, pack_bf16=pack)  # q/k/v and gate/up in one call each on lean steps
     if pack and pack_linears(model):

@@ -34,8 +34,8 @@ import torch
 
 from lsp_server.bench.datasets import humaneval
 from lsp_server.engine.types import common_prefix_len
-from lsp_server.models.quant_cache import apply_quant, cache_matches, quant_dir, read_meta, source_fingerprint
-from lsp_server.models.quantize import QuantConfig, quantized_layers, weight_bytes
+from lsp_server.kernels.quant_cache import apply_quant, cache_matches, quant_dir, read_meta, source_fingerprint
+from lsp_server.kernels.quantize import QuantConfig, quantized_layers, weight_bytes
 from lsp_server.models.registry import DEFAULT_PAIR, ModelPaths, get_model, get_pair, resolve_cache_dir
 
 STOP_IDS = (151643, 151645)  # <|endoftext|>, <|im_end|>

@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 import torch
 from torch.nn import functional as F
 
-from ..models.quantize import Int4Linear
-from ..models.w8a8 import W8A8Linear
+from ..kernels.quantize import Int4Linear
+from ..kernels.w8a8 import W8A8Linear
 
 DEFAULT_COMMON = 49152
 # The int4 kernel's packed rows come in blocks: a prefix of a multiple of this many rows

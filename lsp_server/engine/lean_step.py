@@ -13,7 +13,7 @@ Only plain causal decoders with position-only rotary embeddings qualify (`suppor
 anything else keeps the transformers forward. Numbers match transformers' forward (tests
 compare logits on tiny models in float64 to 1e-10; on the real pair in bf16 they were
 bit-identical in a one-off check), so a lean target still defines the same model. bf16
-layers run on their oneDNN-packed copies where `models.packed` made them (same bits).
+layers run on their oneDNN-packed copies where `kernels.packed` made them (same bits).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Callable
 import torch
 from torch.nn import functional as F
 
-from ..models.attention import packed_gqa_attention
-from ..models.packed import linear
+from ..kernels.attention import packed_gqa_attention
+from ..kernels.packed import linear
 
 _DECODERS = {"qwen2": "Qwen2DecoderLayer", "llama": "LlamaDecoderLayer"}
 # Rope tables are computed ahead for this many positions at a time.
@@ -118,7 +118,7 @@ def _causal_mask(rows: int, past: int, device: torch.device) -> torch.Tensor | N
 
 
 def _fused(owner: torch.nn.Module, name: str, rows: int):
-    """The fused projections `models.fuse` attached to `owner`, where they serve `rows`."""
+    """The fused projections `kernels.fuse` attached to `owner`, where they serve `rows`."""
     fused = getattr(owner, name, None)
     return fused if fused is not None and rows <= fused.max_rows else None
 
@@ -189,7 +189,7 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
             between_layers()
         attn, mlp = layer.self_attn, layer.mlp
         h = layer.input_layernorm(x)
-        qkv = _fused(attn, "_specfill_qkv", rows)  # models.fuse: one call, same numbers
+        qkv = _fused(attn, "_specfill_qkv", rows)  # kernels.fuse: one call, same numbers
         q, k, v = qkv(h) if qkv else (linear(attn.q_proj, h), linear(attn.k_proj, h), linear(attn.v_proj, h))
         q = q.view(rows, heads, dim).transpose(0, 1)  # [H, T, D]
         k = k.view(rows, kv_heads, dim).transpose(0, 1)  # [KV, T, D]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
 
-from .attention import use_packed_gqa
+from lsp_server.kernels.attention import use_packed_gqa
 from .errors import ModelError, ModelNotFoundError, TokenizerMismatchError
 from .fetch import hf_is_recorded, read_marker
 from .registry import MODELS, ModelPaths, get_model, resolve_cache_dir

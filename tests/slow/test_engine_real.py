@@ -14,7 +14,7 @@ from lsp_server.bench.engine_bench import TIE_TOLERANCE
 from lsp_server.config import Config, ModelConfig
 from lsp_server.engine.cache import LeanSlot
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
-from lsp_server.models.packed import ATTR
+from lsp_server.kernels.packed import ATTR
 from lsp_server.prompt import ContextBudget, build_fim_prompt
 from lsp_server.runtime import load_runtime
 
@@ -71,8 +71,8 @@ def test_the_targets_packed_bf16_layers_compute_the_same_logits_as_its_own_weigh
     assert len(packed) == 2 * 28 + 1 + 2 * 28  # o and down per layer, the head; q/k/v and gate/up fused
     ids = build_fim_prompt(*PROMPTS[1], runtime.encode, runtime.fim, ContextBudget(), "psm").ids
     feeds = [ids, ids[-1:], ids[-4:]]  # a prefill, a step, a verify
-    # The kernel's own bits: calls of 1-3 rows unpadded (the padding is tests/unit/test_packed.py's).
-    monkeypatch.setattr("lsp_server.models.packed.PAD_TO", {})
+    # The kernel's own bits: calls of 1-3 rows unpadded (the padding is tests/unit/test_kernels_packed.py's).
+    monkeypatch.setattr("lsp_server.kernels.packed.PAD_TO", {})
 
     def logits() -> list[torch.Tensor]:
         slot = LeanSlot(target)

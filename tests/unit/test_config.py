@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lsp_server.config import Config, config_from_options, model_identity
-from lsp_server.models.quantize import QuantConfig
+from lsp_server.kernels.quantize import QuantConfig
 
 
 def test_no_options_gives_the_defaults():

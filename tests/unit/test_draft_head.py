@@ -14,7 +14,7 @@ from torch.nn import functional as F
 
 from lsp_server.engine.draft_head import DraftHead, draft_head
 from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
-from lsp_server.models.quantize import Int4Linear, keep_dense_for_prefill, linear_weights, quantize_model
+from lsp_server.kernels.quantize import Int4Linear, keep_dense_for_prefill, linear_weights, quantize_model
 from tests.tiny_models import CharTokenizer, tiny_model
 from tests.unit.test_engine_greedy import plain_greedy, policy, run
 

@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from lsp_server.engine.cache import KVSlot, LeanSlot, make_slot
 from lsp_server.engine.lean_step import StaticKV, lean_forward, supports
-from lsp_server.models.attention import use_packed_gqa
+from lsp_server.kernels.attention import use_packed_gqa
 from tests.tiny_models import tiny_model
 
 # (start, end) of each feed: a long prefill into an empty cache, a prefill after cached

@@ -40,7 +40,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from lsp_server.models.quantize import (
+from lsp_server.kernels.quantize import (
     DEFAULT_GROUP_SIZE,
     LayerKind,
     QuantConfig,

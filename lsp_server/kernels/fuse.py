@@ -6,10 +6,10 @@ its weights (the W8A8 kernel quantizes its input and its threads meet per call; 
 int4 kernel less so), so one call on the weights stacked by output rows saves two calls
 per layer. Every output channel is its own dot product over the same input, so the fused
 call computes the same numbers bit for bit (checked per layer at load, and in
-tests/unit/test_fuse.py); the layers keep their own modules for transformers' forward, and
+tests/unit/test_kernels_fuse.py); the layers keep their own modules for transformers' forward, and
 `lean_step` uses the fused ones.
 
-The same holds for bf16 layers packed for oneDNN (`models.packed`): one packed copy of the
+The same holds for bf16 layers packed for oneDNN (`kernels.packed`): one packed copy of the
 stacked weights, in place of the layers' separate packed copies.
 
 Memory: packed int4 rows are self-contained in blocks, so the layers' int4 weights become row
@@ -18,7 +18,7 @@ views of the fused weight (nothing added but the small scales); W8A8 weights are
 (`w8a8.check`: its dequantized product, rows independent), not against its parts: calling
 a part would make zentorch cache a reordered copy of that part's weight for good (see
 w8a8.py), and its per-row input quantization does not depend on the output width, so each
-output channel is the same dot product either way (tests/unit/test_fuse.py checks that).
+output channel is the same dot product either way (tests/unit/test_kernels_fuse.py checks that).
 
 Prefills of `dense_min_rows`+ rows keep using each layer's bf16 copy
 (quantize.keep_dense_for_prefill): the fused module is used below that (`Fused.max_rows`).

@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from lsp_server.models import w8a8
-from lsp_server.models.quant_fit import dequantize_int8, quantize_int8
-from lsp_server.models.quantize import quantize_model, quantized_layers
-from lsp_server.models.w8a8 import W8A8Linear
+from lsp_server.kernels import w8a8
+from lsp_server.kernels.quant_fit import dequantize_int8, quantize_int8
+from lsp_server.kernels.quantize import quantize_model, quantized_layers
+from lsp_server.kernels.w8a8 import W8A8Linear
 from tests.tiny_models import CharTokenizer, tiny_model
 
 needs_zentorch = pytest.mark.skipif(not w8a8.w8a8_available(), reason=w8a8.status().why)
@@ -158,7 +158,7 @@ def test_without_zentorch_auto_falls_back_to_torch_int4_and_says_why() -> None:
         "from lsp_server.runtime import kernel_lines, resolve_quant\n"
         "print(resolve_quant('auto', 'target', 'cpu', torch.bfloat16))\n"
         "print(kernel_lines()[0])\n"
-        "from lsp_server.models.quantize import quantize_model\n"
+        "from lsp_server.kernels.quantize import quantize_model\n"
         "from tests.tiny_models import tiny_model\n"
         "try:\n"
         "    quantize_model(tiny_model(seed=0), 'w8a8')\n"
@@ -186,9 +186,9 @@ def _file_rss_kb(path) -> int:
 
 def test_a_cached_w8a8_model_reads_its_weights_from_a_read_only_map_and_can_hand_its_pages_back(tmp_path) -> None:
     from lsp_server.models.file_pages import release_cached_pages
-    from lsp_server.models.fuse import fuse_projections
-    from lsp_server.models.quant_cache import INT8_FILE, apply_quant, quant_dir
-    from lsp_server.models.quantize import QuantConfig
+    from lsp_server.kernels.fuse import fuse_projections
+    from lsp_server.kernels.quant_cache import INT8_FILE, apply_quant, quant_dir
+    from lsp_server.kernels.quantize import QuantConfig
     from tests.tiny_models import qwen2_for_fusing
 
     fresh = quantize_model(qwen2_for_fusing(seed=3, dtype=torch.bfloat16), "w8a8")

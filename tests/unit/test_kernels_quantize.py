@@ -11,11 +11,11 @@ import torch
 from torch import nn
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from lsp_server.models import quant_cache
-from lsp_server.models.lm_head import flatten_head_input
-from lsp_server.models.quant_cache import apply_quant, load_quantized, quant_dir, save_quantized
-from lsp_server.models.quant_fit import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8, relative_error
-from lsp_server.models.quantize import (
+from lsp_server.kernels import quant_cache
+from lsp_server.kernels.lm_head import flatten_head_input
+from lsp_server.kernels.quant_cache import apply_quant, load_quantized, quant_dir, save_quantized
+from lsp_server.kernels.quant_fit import dequantize_int4, dequantize_int8, quantize_int4, quantize_int8, relative_error
+from lsp_server.kernels.quantize import (
     Int4Linear,
     Int8Linear,
     QuantConfig,
@@ -25,7 +25,7 @@ from lsp_server.models.quantize import (
     quantized_layers,
     weight_bytes,
 )
-from lsp_server.models.w8a8 import W8A8Linear
+from lsp_server.kernels.w8a8 import W8A8Linear
 
 # The kernels accumulate in fp32 and round the output (and the bias add) to bf16, whose
 # relative precision is 2**-8: allow twice that against the largest output.
@@ -298,7 +298,7 @@ def test_a_cache_that_does_not_fit_leaves_the_model_untouched(tmp_path: Path) ->
 
 
 def test_local_models_get_a_stable_cache_key_of_their_own(tmp_path: Path) -> None:
-    from lsp_server.models.quant_cache import quant_cache_key
+    from lsp_server.kernels.quant_cache import quant_cache_key
 
     assert quant_cache_key("qwen2.5-coder-1.5b") == "qwen2.5-coder-1.5b"
     local = quant_cache_key(str(tmp_path / "my-model"))
@@ -307,7 +307,7 @@ def test_local_models_get_a_stable_cache_key_of_their_own(tmp_path: Path) -> Non
 
 
 def test_quantize_for_takes_a_config_tag_and_caches_under_the_model_key(tmp_path: Path) -> None:
-    from lsp_server.models.quant_cache import quantize_for
+    from lsp_server.kernels.quant_cache import quantize_for
 
     model = quantize_for(tiny_model(), "int4-g64-nohead", "qwen2.5-coder-0.5b", cache_dir=tmp_path)
     assert model.quant_config == QuantConfig("int4", 64, include_lm_head=False)

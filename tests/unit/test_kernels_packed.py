@@ -9,10 +9,10 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from lsp_server.models import packed as packed_module
-from lsp_server.models.fuse import fuse, fuse_projections
-from lsp_server.models.packed import ATTR, PackedLinear, linear, pack, pack_linears, packed_form
-from lsp_server.models.quantize import Int4Linear
+from lsp_server.kernels import packed as packed_module
+from lsp_server.kernels.fuse import fuse, fuse_projections
+from lsp_server.kernels.packed import ATTR, PackedLinear, linear, pack, pack_linears, packed_form
+from lsp_server.kernels.quantize import Int4Linear
 from tests.tiny_models import assert_same_logits_feed_after_feed, qwen2_for_fusing
 
 pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch build without oneDNN")
@@ -76,7 +76,7 @@ def test_pack_linears_packs_bf16_linears_only_and_leaves_state_dicts_alone():
 
 def test_a_weight_packing_would_change_is_left_unpacked(monkeypatch):
     layer = bf16_linear(64, 128, False)
-    monkeypatch.setattr("lsp_server.models.packed.same_numbers", lambda *a: False)
+    monkeypatch.setattr("lsp_server.kernels.packed.same_numbers", lambda *a: False)
     assert pack(layer.weight, None) is None
 
 

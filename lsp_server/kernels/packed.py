@@ -9,7 +9,7 @@ load and calling oneDNN's linear on the packed weight
 Inductor's freezing pass offers for bf16 linears) is ~2.2x faster at 1-5 rows (one-off sweep
 over the target's shapes, 2 threads: 200 -> 93 ms for one row, 185 -> 81 ms for five) and
 7-25 % faster for 32-300 rows, and the kernel's outputs are F.linear's bits (checked per
-layer at load, and in tests/unit/test_packed.py).
+layer at load, and in tests/unit/test_kernels_packed.py).
 
 oneDNN also picks its kernel by the number of rows, and here (AVX-512 bf16, no AMX, 2
 threads) its 1-3 row kernels stream weights more slowly than its 4-row one: a pass over all
@@ -95,7 +95,7 @@ def pack_linears(model: nn.Module) -> int:
     for module in model.modules():
         if not packable(module):
             continue
-        if not hasattr(module, ATTR):  # None: refused, or fused away (models.fuse)
+        if not hasattr(module, ATTR):  # None: refused, or fused away (kernels.fuse)
             setattr(module, ATTR, pack(module.weight, module.bias))
         count += getattr(module, ATTR) is not None
     return count

@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from lsp_server.models.fuse import fuse, fuse_projections
-from lsp_server.models.quantize import Int4Linear, keep_dense_for_prefill, linear_weights, quantize_model
-from lsp_server.models.w8a8 import W8A8Linear, w8a8_available
+from lsp_server.kernels.fuse import fuse, fuse_projections
+from lsp_server.kernels.quantize import Int4Linear, keep_dense_for_prefill, linear_weights, quantize_model
+from lsp_server.kernels.w8a8 import W8A8Linear, w8a8_available
 from tests.tiny_models import assert_same_logits_feed_after_feed, qwen2_for_fusing
 
 needs_zentorch = pytest.mark.skipif(not w8a8_available(), reason="zentorch's int8 kernel does not run here")

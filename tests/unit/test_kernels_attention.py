@@ -8,7 +8,7 @@ from transformers import DynamicCache
 from transformers.integrations import sdpa_attention
 
 from lsp_server.engine.speculative import SpeculativeEngine
-from lsp_server.models.attention import NAME, PACKED_MAX_ROWS, use_packed_gqa
+from lsp_server.kernels.attention import NAME, PACKED_MAX_ROWS, use_packed_gqa
 from tests.tiny_models import CharTokenizer, tiny_model
 from tests.unit.test_engine_greedy import plain_greedy, policy, run
 
