@@ -25,7 +25,8 @@ from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, Te
 from lsp_server.prompt import ContextBudget, build_fim_prompt
 from lsp_server.protocol import StreamUpdate
 from lsp_server.server_stats import ServerStats
-from lsp_server.syntax.context import SyntaxContext, classify
+from lsp_server.syntax.context import classify
+from lsp_server.syntax.types import SyntaxContext
 from lsp_server.syntax.policy import PolicyOverrides, describe, policy_for
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,8 @@ from typing import Callable, Iterator, Sequence
 
 from tree_sitter import Node
 
-from lsp_server.syntax.context import SyntaxContext, classify
+from lsp_server.syntax.context import classify
+from lsp_server.syntax.types import SyntaxContext
 from lsp_server.syntax.languages import make_parser
 
 CLASSES = ("imports", "signatures", "literals", "members", "simple", "complex", "docstrings")

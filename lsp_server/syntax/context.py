@@ -21,40 +21,12 @@ Cost is bounded by construction: the ancestors of one node, the leaves of at mos
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from tree_sitter import Node, Tree
 
 from lsp_server.syntax import indent as text
 from lsp_server.syntax.languages import canonical_language
-
-
-class ContextKind(StrEnum):
-    IMPORT = "import"
-    SIGNATURE = "signature"
-    DECORATOR = "decorator"
-    CALL_ARGS = "call_args"
-    COLLECTION = "collection"
-    STRING = "string"
-    DOCSTRING = "docstring"
-    COMMENT = "comment"
-    SIMPLE_BODY = "simple_body"
-    COMPLEX_BODY = "complex_body"
-    UNKNOWN = "unknown"
-
-
-@dataclass(frozen=True)
-class SyntaxContext:
-    kind: ContextKind
-    language: str  # canonical language id
-    line_indent: int  # columns of the cursor line's indentation
-    block_indent: int  # columns of the enclosing block's header line; -1 at top level
-    line_prefix: str  # the cursor line before the cursor
-    line_suffix: str  # the cursor line after the cursor
-    at_line_start: bool  # nothing but whitespace before the cursor on its line
-    node_type: str  # innermost named node at the cursor (for logs and debugging)
-    control_depth: int = 0  # enclosing if/for/while/match/switch inside the function
-    op_density: float = 0.0  # binary operators per line near the cursor
+from lsp_server.syntax.types import ContextKind, SyntaxContext
 
 
 # ---------------------------------------------------------------------------------------

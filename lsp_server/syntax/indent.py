@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from lsp_server.syntax.context import SyntaxContext
+from lsp_server.syntax.types import ContextKind, SyntaxContext
 
 # Tabs count as this many columns. The engine's block stop rule must measure generated
 # lines with `indent_width` too, so that both sides agree on what a dedent is.
@@ -315,9 +313,6 @@ def word_flavor(word: str) -> str:
 
 def classify_by_indentation(source: bytes, offset: int, language: str = "plaintext") -> SyntaxContext:
     """Context from text alone: quotes, comment markers, brackets, keywords, indentation."""
-    # context.py builds on this module's helpers; import its types at call time (no cycle).
-    from lsp_server.syntax.context import ContextKind, SyntaxContext
-
     line = cursor_line(source, offset)
     offset = line.start + len(line.prefix.encode("utf-8"))
     start = window_start(source, line.start, offset, _WINDOW_LINES)

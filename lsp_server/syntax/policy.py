@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from lsp_server.engine.types import DraftPolicy, StopKind, StopRule
-from lsp_server.syntax.context import ContextKind, SyntaxContext
+from lsp_server.syntax.types import ContextKind, SyntaxContext
 
 Mode = Literal["adaptive", "fixed", "off"]
 MODES: tuple[str, ...] = get_args(Mode)

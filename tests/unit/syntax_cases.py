@@ -5,7 +5,8 @@ from __future__ import annotations
 import textwrap
 from dataclasses import dataclass
 
-from lsp_server.syntax.context import ContextKind, SyntaxContext, classify
+from lsp_server.syntax.context import classify
+from lsp_server.syntax.types import ContextKind, SyntaxContext
 from lsp_server.syntax.languages import make_parser
 
 CURSOR = "|"

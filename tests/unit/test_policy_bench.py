@@ -11,7 +11,7 @@ from lsp_server.bench import policy_bench as pb
 from lsp_server.bench.policy_prompts import CLASSES, build_prompt_set, spots_in_source
 from lsp_server.engine.controller import Controller
 from lsp_server.engine.types import DraftPolicy, StopRule
-from lsp_server.syntax.context import ContextKind
+from lsp_server.syntax.types import ContextKind
 
 SOURCE = '''"""Synthetic module.
 

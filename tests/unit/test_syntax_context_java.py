@@ -1,6 +1,6 @@
 import pytest
 
-from lsp_server.syntax.context import ContextKind as K
+from lsp_server.syntax.types import ContextKind as K
 from tests.unit.syntax_cases import Case, check
 
 CASES = [

@@ -1,6 +1,6 @@
 import pytest
 
-from lsp_server.syntax.context import ContextKind as K
+from lsp_server.syntax.types import ContextKind as K
 from lsp_server.syntax.context import classify
 from lsp_server.syntax.languages import make_parser
 from tests.unit.syntax_cases import Case, check, classify_marked, split_cursor

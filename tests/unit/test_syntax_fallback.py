@@ -4,10 +4,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lsp_server.syntax.context import ContextKind as K
-from lsp_server.syntax.context import SyntaxContext, classify
+from lsp_server.syntax.context import classify
 from lsp_server.syntax.indent import classify_by_indentation, enclosing_headers, indent_width
 from lsp_server.syntax.languages import make_parser, supported_languages
+from lsp_server.syntax.types import ContextKind as K
+from lsp_server.syntax.types import SyntaxContext
 from tests.unit.syntax_cases import Case, check, classify_marked
 
 LUA = [

@@ -3,7 +3,7 @@ from dataclasses import replace
 import pytest
 
 from lsp_server.engine.types import DraftPolicy, StopRule
-from lsp_server.syntax.context import ContextKind as K
+from lsp_server.syntax.types import ContextKind as K
 from lsp_server.syntax.policy import POLICY, PolicyOverrides, describe, policy_for
 from tests.unit.syntax_cases import classify_marked
 
