@@ -520,14 +520,3 @@ def fetch_default_pair(
             for spec in (draft, target)
         ]
     return results[::-1]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m lsp_server.models.fetch [--cache-dir D] [--no-keep-gguf] [--quiet]`."""
-    from .cli_models import main as cli_main  # imported here: cli_models imports this module
-
-    return cli_main(["models", "fetch", *(sys.argv[1:] if argv is None else argv)])
-
-
-if __name__ == "__main__":
-    sys.exit(main())
