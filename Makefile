@@ -25,7 +25,7 @@ models: setup ## fetch, verify and convert the default model pair (idempotent, ~
 	$(SPECFILL) models fetch
 
 demo: models ## complete a real file through the LSP server on the default models
-	$(BIN)/python -m lsp_server.demo
+	$(BIN)/python -m lsp_server.commands.demo
 
 editor-deps: ## install what the editor clients and their tests need (apt, npm)
 	bash scripts/install-editor-deps.sh

@@ -53,13 +53,13 @@ def tcp_address(spec: str, allow_remote: bool = False) -> tuple[str, int]:
 
 
 def _complete(args: argparse.Namespace) -> int:
-    from lsp_server.complete_cli import complete_file
+    from lsp_server.commands.complete import complete_file
 
     return complete_file(args)
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from lsp_server.doctor import doctor
+    from lsp_server.commands.doctor import doctor
 
     return doctor(args)
 
@@ -95,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     complete.add_argument("--dtype", default="auto")
     complete.set_defaults(func=_complete)
 
-    from lsp_server.models.cli_models import add_models_subcommands
+    from lsp_server.commands.models import add_models_subcommands
 
     add_models_subcommands(sub)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.models.cli_models import default_pair_status
+from lsp_server.commands.models import default_pair_status
 from lsp_server.models.registry import resolve_cache_dir
 
 

@@ -159,7 +159,7 @@ def test_lsp_bench_smoke_run_writes_the_summary(tiny_pair_dirs, tmp_path):
 def test_demo_runs_on_the_tiny_pair_and_shows_the_warm_cache(tiny_pair_dirs):
     target, draft = tiny_pair_dirs
     done = subprocess.run(
-        [sys.executable, "-m", "lsp_server.demo", "--target", target, "--draft", draft,
+        [sys.executable, "-m", "lsp_server.commands.demo", "--target", target, "--draft", draft,
          "--dtype", "fp32", "--max-new-tokens", "12"],
         cwd=ROOT, timeout=300, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
     assert done.returncode == 0, done.stderr

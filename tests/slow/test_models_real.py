@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lsp_server.models.cli_models import default_pair_status
+from lsp_server.commands.models import default_pair_status
 from lsp_server.models.loader import LoadedPair, load_pair
 from lsp_server.models.registry import get_model, get_pair
 

@@ -1,4 +1,4 @@
-"""`python -m lsp_server.demo`: the real server over stdio, one file, one cursor.
+"""`python -m lsp_server.commands.demo`: the real server over stdio, one file, one cursor.
 
 Starts `specfill serve --stdio` on the default model pair, opens examples/inventory.py,
 asks for an inline completion inside `Inventory.total_value`, prints the streamed text as
@@ -19,13 +19,13 @@ from typing import Any
 
 from lsp_server.lsp_client import Message, SpecfillClient, StreamEvent, utf16_len
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "inventory.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inventory.py"
 LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".go": "go",
              ".rs": "rust", ".java": "java", ".c": "c", ".cpp": "cpp"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m lsp_server.demo", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m lsp_server.commands.demo", description=__doc__.splitlines()[0])
     p.add_argument("--file", type=Path, default=EXAMPLE)
     p.add_argument("--line", type=int, default=27, help="0-based line of the cursor")
     p.add_argument("--col", type=int, default=8, help="0-based column (UTF-16 units)")

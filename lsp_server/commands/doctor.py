@@ -12,7 +12,7 @@ _PACKAGES = ("torch", "zentorch", "transformers", "gguf", "pygls", "lsprotocol",
 
 
 def doctor(args: argparse.Namespace) -> int:
-    from lsp_server.models.cli_models import doctor_report
+    from lsp_server.commands.models import doctor_report
 
     print(f"python {platform.python_version()} on {platform.machine()}")
     for name in _PACKAGES:

