@@ -11,8 +11,8 @@ from lsp_server import __version__
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from lsp_server.rpc_protocol import quiet_pygls
-    from lsp_server.server import create_server
+    from lsp_server.server.rpc_protocol import quiet_pygls
+    from lsp_server.server.server import create_server
 
     level = getattr(logging, args.log_level.upper())
     # stderr is the editor's output panel; --log-file moves the log out of it.

@@ -28,11 +28,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from pygls.exceptions import JsonRpcRequestCancelled
 
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
 from lsp_server.engine.types import percentile
-from lsp_server.lsp_client import SpecfillClient, completion_text, utf16_len
+from lsp_server.server.client import RequestCancelled, SpecfillClient, completion_text, utf16_len
 from lsp_server.prompt import FIM_MODES
 
 # glob.py of the running Python: 8.7 KB, about 2,000 tokens for the Qwen2.5 tokenizer.
@@ -306,7 +305,7 @@ class Editor:
         try:
             request.text = completion_text(await future)
             request.outcome = "completed" if request.text else "empty"
-        except JsonRpcRequestCancelled:
+        except RequestCancelled:
             request.outcome = "cancelled"
         except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
             request.outcome = f"error: {exc}"

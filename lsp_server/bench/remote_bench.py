@@ -29,18 +29,17 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from pygls.exceptions import JsonRpcRequestCancelled
 
 from lsp_server.backends.llama_binary import LlamaServerProcess, llama_server_path
 from lsp_server.backends.llama_server import LlamaServer
 from lsp_server.backends.prompt_text import TextCodec
 from lsp_server.backends.routing import session_key
 from lsp_server.bench.report import markdown_table, plain_args, write_json
-from lsp_server.completion import Cursor, prepare
+from lsp_server.server.completion import Cursor, prepare
 from lsp_server.config import config_from_options
-from lsp_server.documents import DocumentStore
+from lsp_server.server.documents import DocumentStore
 from lsp_server.engine.types import percentile
-from lsp_server.lsp_client import SpecfillClient
+from lsp_server.server.client import RequestCancelled, SpecfillClient
 from lsp_server.models.registry import resolve_cache_dir
 
 TARGETS = {"first_text_overhead_p50_s": 0.030, "cancel_idle_p95_s": 0.250}
@@ -204,7 +203,7 @@ async def part_cancel(args, source: str, uri: str, server: LlamaServerProcess) -
             idle.append(time.monotonic() - t0)
             try:
                 await task
-            except JsonRpcRequestCancelled:
+            except RequestCancelled:
                 pass
             # The server's own time per token on this prompt: it notices a closed stream only
             # when it writes its next token, then finishes the decode step under way.
@@ -260,7 +259,7 @@ async def part_failover(args, source: str, servers: list[LlamaServerProcess]) ->
                 try:
                     await future
                     answered[msg_id] = "result"
-                except JsonRpcRequestCancelled:
+                except RequestCancelled:
                     answered[msg_id] = "cancelled"
                 except Exception as exc:  # an error answer is still an answer, counted apart
                     answered[msg_id] = f"error: {type(exc).__name__}"

@@ -13,7 +13,7 @@ import json
 import pytest
 from lsprotocol import types as lsp
 
-from lsp_server.server import create_server
+from lsp_server.server.server import create_server
 from tests.e2e.conftest import PY_SOURCE, tiny_options
 from tests.lsp_examples import URI, example_params, mutations
 from tests.wire_client import WireClient, frame

@@ -18,9 +18,14 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcRequestCancelled
 from pygls.lsp.client import LanguageClient
 
-from lsp_server.protocol import CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION, WARM_NOTIFICATION
+from lsp_server.server.protocol import CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION, WARM_NOTIFICATION
+
+# What `complete` raises for a request the server cancelled; callers (the benchmarks) catch
+# it by this name without importing pygls.
+RequestCancelled = JsonRpcRequestCancelled
 
 SERVER_COMMAND = (sys.executable, "-m", "lsp_server", "serve", "--stdio")
 
@@ -203,7 +208,7 @@ class SpecfillClient:
                        on_update: Callable[[StreamEvent], None] | None = None,
                        ) -> tuple[str, Timings]:
         """The completion text ("" for none) and its timings. A cancelled request raises
-        pygls' JsonRpcRequestCancelled."""
+        `RequestCancelled`."""
         msg_id = self.next_id() if msg_id is None else msg_id
         if on_update is not None:
             self._watchers[msg_id] = on_update

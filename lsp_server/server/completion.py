@@ -20,11 +20,11 @@ from lsp_server.config import Config
 from lsp_server.context.cross_file import CrossFileContext, uri_path
 from lsp_server.context.postprocess import final_text, stream_text
 from lsp_server.context.snippets import SourceFile
-from lsp_server.documents import Document, DocumentStore, offset_to_position
+from lsp_server.server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, TextDelta
 from lsp_server.prompt import ContextBudget, build_fim_prompt
-from lsp_server.protocol import StreamUpdate
-from lsp_server.server_stats import ServerStats
+from lsp_server.server.protocol import StreamUpdate
+from lsp_server.server.stats import ServerStats
 from lsp_server.syntax.context import classify
 from lsp_server.syntax.types import SyntaxContext
 from lsp_server.syntax.policy import PolicyOverrides, describe, policy_for
