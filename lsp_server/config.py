@@ -13,7 +13,7 @@ from typing import Any
 
 from lsp_server.backends.urls import display_url, insecure_remote
 from lsp_server.models.registry import DEFAULT_PAIR, get_pair
-from lsp_server.prompt import FIM_MODES
+from lsp_server.context.prompt import FIM_MODES
 
 DEFAULT_TARGET = get_pair(DEFAULT_PAIR).target
 DEFAULT_DRAFT = get_pair(DEFAULT_PAIR).draft
@@ -29,7 +29,7 @@ class ModelConfig:
     # Quantization on CPU (bf16 | int8 | int4 | mixed | w8a8, "-gN" group size of int4 layers).
     # The target's choice changes its outputs (speculation stays lossless against the
     # quantized target); the draft's only changes how often its guesses are accepted.
-    # auto: bf16 on CUDA; on CPU w8a8 on zentorch where it runs, else int4-g32 (runtime.py).
+    # auto: bf16 on CUDA; on CPU w8a8 on zentorch where it runs, else int4-g32 (backends/local_runtime.py).
     quant: str = "auto"
     draftQuant: str = "auto"
     cacheDir: str = ""  # "" = $SPECFILL_CACHE or ~/.cache/specfill

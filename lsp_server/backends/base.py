@@ -34,7 +34,7 @@ class PromptCodec:
     and `render(ids) -> text` where the backend takes text (None: it takes the ids)."""
 
     encode: Callable[[str], list[int]]
-    fim: Any  # lsp_server.prompt.FimTokens
+    fim: Any  # lsp_server.context.prompt.FimTokens
     render: Callable[[list[int]], str] | None = None
     repo: Any = None  # the repository-level layout's marker ids (runtime.repo_tokens), if any
 

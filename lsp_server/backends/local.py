@@ -28,7 +28,7 @@ class LocalBackend:
         return await self.worker.wait_ready(timeout_s)
 
     def codec(self) -> PromptCodec:
-        runtime = self.worker.engine  # lsp_server.runtime.Runtime once loaded
+        runtime = self.worker.engine  # lsp_server.backends.local_runtime.Runtime once loaded
         return PromptCodec(runtime.encode, runtime.fim, repo=getattr(runtime, "repo", None))
 
     async def submit(self, request: BackendRequest,

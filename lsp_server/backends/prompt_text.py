@@ -1,6 +1,6 @@
 """FIM prompts as text, for servers that tokenize themselves.
 
-specfill's prompt builder (`lsp_server.prompt.build_fim_prompt`) works on token ids so the
+specfill's prompt builder (`lsp_server.context.prompt.build_fim_prompt`) works on token ids so the
 local engine can reuse its KV cache. A remote server wants text, with the model's FIM tokens
 written out (`<|fim_prefix|>`...; vLLM rejects an OpenAI `suffix`). `TextCodec` gives the
 builder ids that are indices into a table of text pieces, so the same builder (windows, grid,
@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from lsp_server.backends.base import PromptCodec
-from lsp_server.prompt import FimTokens
+from lsp_server.context.prompt import FimTokens
 
 # Every character falls in one alternative, so the pieces always join back to the input.
 _PIECE = re.compile(r"\d|[^\W\d]{1,5}|\n|[ \t]{1,16}|\s|[^\w\s]{1,2}")

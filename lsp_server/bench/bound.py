@@ -178,7 +178,7 @@ def _source(path: str) -> dict[str, Any]:
 
 def _prompts(runtime: Any, data: dict[str, Any]) -> list[tuple[list[int], list[str]]]:
     """(prompt ids, groups) for the source run's prompts, rebuilt the way it built them."""
-    from lsp_server.prompt import ContextBudget, build_fim_prompt
+    from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 
     args = data["args"]
     if args["bench_command"] == "engine":
@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from lsp_server.config import Config, ModelConfig
-    from lsp_server.runtime import load_runtime
+    from lsp_server.backends.local_runtime import load_runtime
 
     data = _source(args.source)
     src = data["args"]

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from lsp_server.config import Config
-    from lsp_server.runtime import load_runtime
+    from lsp_server.backends.local_runtime import load_runtime
 
     torch.set_grad_enabled(False)
     runtime = load_runtime(Config(), lambda line: print(f"[load] {line}", flush=True))

@@ -166,7 +166,7 @@ def timed_result(tokens: list[int], times: list[float], seconds: float) -> dict[
 def load_specfill(target: str, draft: str, modes: str) -> Any:
     """The server's own Runtime for the pair, quantized: `modes` is "T" or "T/D" (QuantConfig tags)."""
     from lsp_server.config import Config, ModelConfig
-    from lsp_server.runtime import load_runtime
+    from lsp_server.backends.local_runtime import load_runtime
 
     target_mode, _, draft_mode = modes.partition("/")
     model = ModelConfig(target=target, draft=draft, dtype="bf16", device="cpu",
@@ -206,7 +206,7 @@ def pair_names(args: argparse.Namespace) -> tuple[str, str]:
 
 def encoder(tokenizer: Any):
     def encode(text: str) -> list[int]:
-        # As lsp_server.runtime: text that merely looks like a special token stays text.
+        # As lsp_server.backends.local_runtime: text that merely looks like a special token stays text.
         return tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True)
 
     return encode
@@ -217,14 +217,14 @@ def build_prompts(args: argparse.Namespace) -> tuple[list[Prompt], set[int]]:
 
     from lsp_server.bench.datasets import load_prompts
     from lsp_server.models.registry import ModelPaths, get_model, resolve_cache_dir
-    from lsp_server.prompt import QWEN_FIM, ContextBudget, build_fim_prompt
+    from lsp_server.context.prompt import QWEN_FIM, ContextBudget, build_fim_prompt
 
     target, _ = pair_names(args)
     tokenizer = AutoTokenizer.from_pretrained(str(ModelPaths.of(resolve_cache_dir(), get_model(target)).hf))
     encode = encoder(tokenizer)
     prompts = [Prompt(p.name, build_fim_prompt(p.prefix, p.suffix, encode, QWEN_FIM, ContextBudget(), "psm").ids)
                for p in load_prompts(args.prompts, args.limit)]
-    from lsp_server.runtime import special_token_ids
+    from lsp_server.backends.local_runtime import special_token_ids
 
     # What the server stops on: every special token (runtime.load_runtime), on every side.
     return prompts, special_token_ids(tokenizer) | {QWEN_FIM.prefix, QWEN_FIM.suffix, QWEN_FIM.middle}

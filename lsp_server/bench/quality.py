@@ -132,7 +132,7 @@ def run_anchor(spots: Sequence[QualitySpot], args: argparse.Namespace) -> list[d
 
     from lsp_server.config import DEFAULT_TARGET
     from lsp_server.models.loader import load_model
-    from lsp_server.prompt import ContextBudget, FimTokens, build_fim_prompt
+    from lsp_server.context.prompt import ContextBudget, FimTokens, build_fim_prompt
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -179,7 +179,7 @@ def run_anchor(spots: Sequence[QualitySpot], args: argparse.Namespace) -> list[d
 def postprocess_rules() -> dict[str, Any]:
     """Each post-processing rule alone, and all of them, as text -> text given the suffix."""
     from lsp_server.context import postprocess as pp
-    from lsp_server.prompt import trim_suffix_overlap
+    from lsp_server.context.prompt import trim_suffix_overlap
 
     return {
         "raw": lambda text, suffix: text,

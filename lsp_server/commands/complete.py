@@ -24,7 +24,7 @@ def language_of(path: Path) -> str:
 def complete_file(args: argparse.Namespace) -> int:
     from lsp_server.backends.base import PromptCodec
     from lsp_server.engine.types import Finished, TextDelta
-    from lsp_server.runtime import load_runtime
+    from lsp_server.backends.local_runtime import load_runtime
 
     path = Path(args.file)
     if not path.is_file():

@@ -27,7 +27,7 @@ def doctor(args: argparse.Namespace) -> int:
     if args.no_decode:
         return 0
     from lsp_server.config import Config, ModelConfig
-    from lsp_server.runtime import load_runtime
+    from lsp_server.backends.local_runtime import load_runtime
 
     try:
         runtime = load_runtime(Config(model=ModelConfig(cacheDir=args.cache_dir or "")), print)

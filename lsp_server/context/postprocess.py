@@ -17,7 +17,7 @@ a prefix of the next; `final_text` adds the bracket rule, which may add or cut a
 
 from __future__ import annotations
 
-from lsp_server.prompt import strip_trailing_whitespace_lines, trim_suffix_overlap
+from lsp_server.context.prompt import strip_trailing_whitespace_lines, trim_suffix_overlap
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = {v: k for k, v in _OPEN.items()}

@@ -22,7 +22,7 @@ from lsp_server.context.postprocess import final_text, stream_text
 from lsp_server.context.snippets import SourceFile
 from lsp_server.server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, TextDelta
-from lsp_server.prompt import ContextBudget, build_fim_prompt
+from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 from lsp_server.server.protocol import StreamUpdate
 from lsp_server.server.stats import ServerStats
 from lsp_server.syntax.context import classify

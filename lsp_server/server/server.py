@@ -36,7 +36,7 @@ class SpecfillServer(LanguageServer):
         super().__init__("specfill", __version__, protocol_cls=SpecfillProtocol,
                          text_document_sync_kind=lsp.TextDocumentSyncKind.Incremental)
         if runtime_factory is None:
-            from lsp_server.runtime import load_runtime as runtime_factory
+            from lsp_server.backends.local_runtime import load_runtime as runtime_factory
         self.runtime_factory = runtime_factory
         self.config = Config()
         self.documents = DocumentStore()

@@ -113,7 +113,7 @@ def test_speculation_reproduces_a_w8a8_targets_own_greedy_output_exactly_for_any
     query row at a time, a verify of k+1 rows computes exactly what k+1 steps compute."""
     from lsp_server.engine.speculative import SpeculativeEngine
     from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
-    from lsp_server.runtime import ready_for_lean_steps
+    from lsp_server.backends.local_runtime import ready_for_lean_steps
 
     target = quantize_model(tiny_model(seed=1, hidden=64), "w8a8")
     draft = quantize_model(tiny_model(seed=2, hidden=64), "w8a8")
@@ -137,7 +137,7 @@ def test_speculation_reproduces_a_w8a8_targets_own_greedy_output_exactly_for_any
 
 def test_lean_verify_logits_equal_single_steps_bit_for_bit() -> None:
     from lsp_server.engine.cache import LeanSlot
-    from lsp_server.runtime import ready_for_lean_steps
+    from lsp_server.backends.local_runtime import ready_for_lean_steps
 
     model = quantize_model(tiny_model(seed=3, hidden=64), "w8a8")
     ready_for_lean_steps(model, "test", True, lambda _: None)
@@ -155,7 +155,7 @@ def test_without_zentorch_auto_falls_back_to_torch_int4_and_says_why() -> None:
     code = (
         "import sys; sys.modules['zentorch'] = None\n"
         "import torch\n"
-        "from lsp_server.runtime import kernel_lines, resolve_quant\n"
+        "from lsp_server.backends.local_runtime import kernel_lines, resolve_quant\n"
         "print(resolve_quant('auto', 'target', 'cpu', torch.bfloat16))\n"
         "print(kernel_lines()[0])\n"
         "from lsp_server.kernels.quantize import quantize_model\n"

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lsp_server.engine.types import common_prefix_len  # what the KV cache reuses
-from lsp_server.prompt import (
+from lsp_server.context.prompt import (
     QWEN_FIM,
     ContextBudget,
     FimTokens,

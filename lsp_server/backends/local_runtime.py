@@ -18,7 +18,7 @@ class Runtime:
 
     engine: Any  # lsp_server.engine.speculative.SpeculativeEngine
     encode: Callable[[str], list[int]]
-    fim: Any  # lsp_server.prompt.FimTokens
+    fim: Any  # lsp_server.context.prompt.FimTokens
     description: list[str]
     repo: Any = None  # lsp_server.context.cross_file.RepoTokens, None: no repo-level layout
 
@@ -174,7 +174,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     from lsp_server.engine.costs import best_k
     from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
     from lsp_server.models.loader import load_pair
-    from lsp_server.prompt import FimTokens
+    from lsp_server.context.prompt import FimTokens
 
     m = config.model
     for line in kernel_lines():

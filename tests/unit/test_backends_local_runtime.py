@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from tokenizers import AddedToken
 
-from lsp_server.runtime import CPU_AUTO_QUANT, resolve_quant, special_token_ids
+from lsp_server.backends.local_runtime import CPU_AUTO_QUANT, resolve_quant, special_token_ids
 
 
 def test_every_special_added_token_stops_generation_but_ordinary_added_tokens_do_not() -> None:
@@ -34,7 +34,7 @@ def test_auto_quantization_follows_the_device(role: str) -> None:
 
 def test_round_costs_from_a_busy_moment_are_not_used() -> None:
     from lsp_server.engine.costs import RowCosts
-    from lsp_server.runtime import plausible
+    from lsp_server.backends.local_runtime import plausible
 
     assert plausible(RowCosts(target=(0.030, 0.031, 0.032), draft=0.012))
     # Another process had the cores: the 0.5B draft "cost" more than the 1.5B target.
