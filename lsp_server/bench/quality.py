@@ -179,7 +179,7 @@ def run_anchor(spots: Sequence[QualitySpot], args: argparse.Namespace) -> list[d
 def postprocess_rules() -> dict[str, Any]:
     """Each post-processing rule alone, and all of them, as text -> text given the suffix."""
     from lsp_server.context import postprocess as pp
-    from lsp_server.context.prompt import trim_suffix_overlap
+    from lsp_server.context.postprocess import trim_suffix_overlap
 
     return {
         "raw": lambda text, suffix: text,

@@ -1,7 +1,7 @@
 """What the user sees of a completion: the model's text with its usual mistakes cut.
 
 - A completion that ends by repeating the lines after the cursor is cut there
-  (`prompt.trim_suffix_overlap`).
+  (`trim_suffix_overlap`).
 - Mid-line cursor (text follows it on its line): one line only; a second line would push
   that text down.
 - Repeated lines: a model in a loop writes the same line (or the same 2-3 lines) again;
@@ -17,12 +17,101 @@ a prefix of the next; `final_text` adds the bracket rule, which may add or cut a
 
 from __future__ import annotations
 
-from lsp_server.context.prompt import strip_trailing_whitespace_lines, trim_suffix_overlap
+import re
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = {v: k for k, v in _OPEN.items()}
 _MIN_REPEAT_CHARS = 4  # a repeated `}` or `)` line is normal code, not a loop
 _MAX_PERIOD = 3
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
+def is_blank(text: str) -> bool:
+    return not text.strip()
+
+
+def strip_trailing_whitespace_lines(text: str) -> str:
+    """Drop the whitespace-only lines at the end, with the line break before them; the last
+    line with content keeps its own trailing spaces (the user may be mid-expression)."""
+    match = re.search(r"(?:\r\n|\r|\n)\s*\Z", text)
+    return text[: match.start()] if match else text
+
+
+def _normalize_eols(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def _repeats_suffix_head(overlap: str, min_overlap: int) -> bool:
+    """Whether a completion tail equal to the start of the suffix is surely a repetition: it
+    crosses a line break, or is long enough not to be the one closing `)` the middle needs."""
+    return "\n" in overlap or len(overlap.strip()) >= min_overlap
+
+
+def _trim_exact_overlap(completion: str, suffix: str, min_overlap: int) -> str:
+    """Cut the longest tail of `completion` that is also the start of `suffix`."""
+    suffix = _normalize_eols(suffix)
+    for start in range(len(completion)):
+        overlap = completion[start:]
+        if suffix.startswith(overlap) and _repeats_suffix_head(overlap, min_overlap):
+            return completion[:start]
+    return completion
+
+
+def _is_distinctive(line: str, min_overlap: int) -> bool:
+    stripped = line.strip()
+    return len(stripped) >= min_overlap and any(ch.isalnum() for ch in stripped)
+
+
+def _repeated_line_cut(
+    completion: str, suffix: str, min_overlap: int, min_lines: int
+) -> int | None:
+    """Offset in `completion` of the first line that starts repeating the suffix's lines
+    (those after the cursor line, blank ones skipped at the start), or None."""
+    suffix_lines = _normalize_eols(suffix).split("\n")[1:]
+    while suffix_lines and is_blank(suffix_lines[0]):
+        suffix_lines.pop(0)
+    suffix_lines = [line.rstrip() for line in suffix_lines]
+    if not suffix_lines:
+        return None
+    lines = _normalize_eols(completion).split("\n")
+    offsets = [0] + [eol.end() for eol in _EOL.finditer(completion)]
+    last_content = max((i for i, line in enumerate(lines) if not is_blank(line)), default=0)
+    for index in range(1, last_content + 1):
+        if is_blank(lines[index]):
+            continue
+        matched = 0
+        while (
+            index + matched < len(lines)
+            and matched < len(suffix_lines)
+            and lines[index + matched].rstrip() == suffix_lines[matched]
+        ):
+            matched += 1
+        needed = min(min_lines, last_content - index + 1, len(suffix_lines))
+        if matched >= needed or (matched and _is_distinctive(lines[index], min_overlap)):
+            return offsets[index]
+    return None
+
+
+def trim_suffix_overlap(
+    completion: str, suffix: str, *, min_overlap: int = 4, min_lines: int = 2
+) -> str:
+    """Cut the completion where it starts repeating the text after the cursor.
+
+    Two ways a model repeats the suffix:
+    - its tail is exactly the start of the suffix (the rest of the cursor line, say `)\\n`,
+      and maybe more lines): cut that tail when it crosses a line break or has at least
+      `min_overlap` non-blank characters, since a lone `)` may be one the middle needs;
+    - a later line starts a run of the suffix's next lines (compared without trailing
+      whitespace): cut before it when the run is `min_lines` long, reaches the end of the
+      completion, or starts with a distinctive line (not just `}` or `else:`). The suffix
+      already holds the line break before that line, so the one before the cut goes too.
+    """
+    cut = _repeated_line_cut(completion, suffix, min_overlap, min_lines)
+    if cut is None:
+        return _trim_exact_overlap(completion, suffix, min_overlap)
+    head = completion[:cut]
+    trimmed = _trim_exact_overlap(head, suffix, min_overlap)
+    return trimmed if trimmed != head else strip_trailing_whitespace_lines(head)
 
 
 def mid_line(suffix: str) -> bool:

@@ -1,4 +1,4 @@
-"""FIM prompt windows within a token budget, stability while typing, and completion clean-up."""
+"""FIM prompt windows within a token budget, and stability while typing."""
 
 from __future__ import annotations
 
@@ -17,9 +17,6 @@ from lsp_server.context.prompt import (
     ContextBudget,
     FimTokens,
     build_fim_prompt,
-    is_blank,
-    strip_trailing_whitespace_lines,
-    trim_suffix_overlap,
 )
 
 FIM = FimTokens(prefix=-1, suffix=-2, middle=-3)  # ids no text token can have
@@ -231,73 +228,6 @@ def test_small_files_need_one_encode_per_side():
     encoder = CountingEncoder()
     build_fim_prompt("x = 1\n" * 20, "y = 2\n" * 5, encoder, FIM, ContextBudget(), "psm")
     assert len(encoder.lengths) == 2
-
-
-# --- post-processing ----------------------------------------------------------------------
-
-
-def test_repeated_closing_paren_and_line_break_are_cut():
-    # prefix "print(len(" ... the model wrote the suffix's ")" again before stopping.
-    assert trim_suffix_overlap("items))\n", ")\n") == "items)"
-
-
-def test_a_closing_paren_the_middle_needs_is_kept():
-    assert trim_suffix_overlap("items)", ")\n") == "items)"
-
-
-def test_long_inline_repetition_is_cut_without_a_line_break():
-    completion = "a: int, b: int) -> int"
-    assert trim_suffix_overlap(completion, ") -> int:\n    pass\n") == "a: int, b: int"
-
-
-def test_following_lines_already_present_are_cut():
-    completion = "total = sum(values)\n    return total\n\n\ndef main():\n    run()\n"
-    suffix = "\n    return total\n\n\ndef main():\n    run()\n"
-    assert trim_suffix_overlap(completion, suffix) == "total = sum(values)"
-
-
-def test_repetition_that_then_drifts_is_still_cut_at_its_first_line():
-    completion = "x = load(path)\n    return result\n    # and more"
-    suffix = "\n    return result\n\n\ndef other():\n"
-    assert trim_suffix_overlap(completion, suffix) == "x = load(path)"
-
-
-def test_inner_closing_brace_is_not_mistaken_for_the_suffix():
-    completion = "    if (x) {\n        y();\n    }\n"
-    assert trim_suffix_overlap(completion, "\n}\n") == "    if (x) {\n        y();\n    }"
-
-
-def test_outer_closing_brace_repeated_at_the_end_is_cut():
-    assert trim_suffix_overlap("    x++;\n}", "\n}\nint main() {}\n") == "    x++;"
-    assert trim_suffix_overlap("    x++;\n}\n\n", "\n}\nint main() {}\n") == "    x++;"
-
-
-def test_a_lone_closing_brace_followed_by_other_code_is_kept():
-    completion = "    x++;\n}\nint helper() { return 1; }"
-    assert trim_suffix_overlap(completion, "\n}\nint main() {}\n") == completion
-
-
-def test_crlf_suffix_is_matched_against_lf_completion():
-    assert trim_suffix_overlap("foo()\n    bar()\n", "\r\n    bar()\r\n") == "foo()"
-
-
-def test_completion_that_only_repeats_the_suffix_becomes_empty():
-    assert trim_suffix_overlap("    pass\n", "    pass\n") == ""
-
-
-def test_completion_without_overlap_is_unchanged():
-    completion = "if x:\n        return 1\n    return 0"
-    assert trim_suffix_overlap(completion, "\n\nclass B:\n    pass\n") == completion
-
-
-def test_is_blank():
-    assert is_blank("") and is_blank(" \n\t\r\n") and not is_blank("  x ")
-
-
-def test_strip_trailing_whitespace_lines_keeps_the_last_lines_own_spaces():
-    assert strip_trailing_whitespace_lines("a = 1\n  \n\n") == "a = 1"
-    assert strip_trailing_whitespace_lines("x = \r\n\t\r\n") == "x = "
-    assert strip_trailing_whitespace_lines("a\n  b") == "a\n  b"
 
 
 def test_source_fixture_is_long_enough_to_need_a_window():
