@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from lsp_server.backends.urls import display_url, insecure_remote
-from lsp_server.models.registry import DEFAULT_PAIR, get_pair
 from lsp_server.context.prompt import FIM_MODES
+from lsp_server.models.registry import DEFAULT_PAIR, get_pair
 
 DEFAULT_TARGET = get_pair(DEFAULT_PAIR).target
 DEFAULT_DRAFT = get_pair(DEFAULT_PAIR).draft

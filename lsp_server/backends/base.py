@@ -36,7 +36,7 @@ class PromptCodec:
     encode: Callable[[str], list[int]]
     fim: Any  # lsp_server.context.prompt.FimTokens
     render: Callable[[list[int]], str] | None = None
-    repo: Any = None  # the repository-level layout's marker ids (runtime.repo_tokens), if any
+    repo: Any = None  # the repository-level layout's marker ids (local_runtime.repo_tokens), if any
 
 
 class Backend(Protocol):

@@ -171,10 +171,10 @@ def describe_costs(costs: Any) -> str:
 
 
 def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
+    from lsp_server.context.prompt import FimTokens
     from lsp_server.engine.costs import best_k
     from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
     from lsp_server.models.loader import load_pair
-    from lsp_server.context.prompt import FimTokens
 
     m = config.model
     for line in kernel_lines():

@@ -253,8 +253,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from lsp_server.config import Config, ModelConfig
     from lsp_server.backends.local_runtime import load_runtime
+    from lsp_server.config import Config, ModelConfig
 
     data = _source(args.source)
     src = data["args"]

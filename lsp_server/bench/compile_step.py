@@ -77,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="bench-results/compile")
     args = p.parse_args(argv)
 
-    from lsp_server.config import Config
     from lsp_server.backends.local_runtime import load_runtime
+    from lsp_server.config import Config
 
     torch.set_grad_enabled(False)
     runtime = load_runtime(Config(), lambda line: print(f"[load] {line}", flush=True))

@@ -175,9 +175,9 @@ def summarize(rows: list[dict[str, Any]], modes: list[str]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from lsp_server.backends.local_runtime import load_runtime
     from lsp_server.config import Config, ModelConfig
     from lsp_server.context.prompt import ContextBudget, build_fim_prompt
-    from lsp_server.backends.local_runtime import load_runtime
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -165,8 +165,8 @@ def timed_result(tokens: list[int], times: list[float], seconds: float) -> dict[
 
 def load_specfill(target: str, draft: str, modes: str) -> Any:
     """The server's own Runtime for the pair, quantized: `modes` is "T" or "T/D" (QuantConfig tags)."""
-    from lsp_server.config import Config, ModelConfig
     from lsp_server.backends.local_runtime import load_runtime
+    from lsp_server.config import Config, ModelConfig
 
     target_mode, _, draft_mode = modes.partition("/")
     model = ModelConfig(target=target, draft=draft, dtype="bf16", device="cpu",
@@ -216,8 +216,8 @@ def build_prompts(args: argparse.Namespace) -> tuple[list[Prompt], set[int]]:
     from transformers import AutoTokenizer
 
     from lsp_server.bench.datasets import load_prompts
-    from lsp_server.models.registry import ModelPaths, get_model, resolve_cache_dir
     from lsp_server.context.prompt import QWEN_FIM, ContextBudget, build_fim_prompt
+    from lsp_server.models.registry import ModelPaths, get_model, resolve_cache_dir
 
     target, _ = pair_names(args)
     tokenizer = AutoTokenizer.from_pretrained(str(ModelPaths.of(resolve_cache_dir(), get_model(target)).hf))
@@ -226,7 +226,7 @@ def build_prompts(args: argparse.Namespace) -> tuple[list[Prompt], set[int]]:
                for p in load_prompts(args.prompts, args.limit)]
     from lsp_server.backends.local_runtime import special_token_ids
 
-    # What the server stops on: every special token (runtime.load_runtime), on every side.
+    # What the server stops on: every special token (local_runtime.load_runtime), on every side.
     return prompts, special_token_ids(tokenizer) | {QWEN_FIM.prefix, QWEN_FIM.suffix, QWEN_FIM.middle}
 
 

@@ -264,9 +264,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
+    from lsp_server.backends.local_runtime import load_runtime
     from lsp_server.config import Config, ModelConfig
     from lsp_server.context.prompt import ContextBudget, build_fim_prompt
-    from lsp_server.backends.local_runtime import load_runtime
 
     modes = _split(args.modes, MODES, "modes")
     classes = _split(args.classes, CLASSES, "classes")

@@ -24,8 +24,8 @@ from typing import Callable, Iterator, Sequence
 from tree_sitter import Node
 
 from lsp_server.syntax.context import classify
-from lsp_server.syntax.types import SyntaxContext
 from lsp_server.syntax.languages import make_parser
+from lsp_server.syntax.types import SyntaxContext
 
 CLASSES = ("imports", "signatures", "literals", "members", "simple", "complex", "docstrings")
 # Predictable code the policy should speculate hard on, and prose it should not.

@@ -131,8 +131,8 @@ def run_anchor(spots: Sequence[QualitySpot], args: argparse.Namespace) -> list[d
     from transformers import DynamicCache
 
     from lsp_server.config import DEFAULT_TARGET
-    from lsp_server.models.loader import load_model
     from lsp_server.context.prompt import ContextBudget, FimTokens, build_fim_prompt
+    from lsp_server.models.loader import load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -35,12 +35,12 @@ from lsp_server.backends.llama_server import LlamaServer
 from lsp_server.backends.prompt_text import TextCodec
 from lsp_server.backends.routing import session_key
 from lsp_server.bench.report import markdown_table, plain_args, write_json
-from lsp_server.server.completion import Cursor, prepare
 from lsp_server.config import config_from_options
-from lsp_server.server.documents import DocumentStore
 from lsp_server.engine.types import percentile
-from lsp_server.server.client import RequestCancelled, SpecfillClient
 from lsp_server.models.registry import resolve_cache_dir
+from lsp_server.server.client import RequestCancelled, SpecfillClient
+from lsp_server.server.completion import Cursor, prepare
+from lsp_server.server.documents import DocumentStore
 
 TARGETS = {"first_text_overhead_p50_s": 0.030, "cancel_idle_p95_s": 0.250}
 POLL_S = 0.005  # /slots polling interval

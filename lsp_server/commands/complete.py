@@ -8,8 +8,8 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from lsp_server.server.completion import Cursor, clean, prepare
 from lsp_server.config import Config, ModelConfig, SpeculationConfig
+from lsp_server.server.completion import Cursor, clean, prepare
 from lsp_server.server.documents import DocumentStore
 
 _EXTENSIONS = {".py": "python", ".js": "javascript", ".jsx": "javascriptreact", ".ts": "typescript",
@@ -23,8 +23,8 @@ def language_of(path: Path) -> str:
 
 def complete_file(args: argparse.Namespace) -> int:
     from lsp_server.backends.base import PromptCodec
-    from lsp_server.engine.types import Finished, TextDelta
     from lsp_server.backends.local_runtime import load_runtime
+    from lsp_server.engine.types import Finished, TextDelta
 
     path = Path(args.file)
     if not path.is_file():

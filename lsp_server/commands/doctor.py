@@ -26,8 +26,8 @@ def doctor(args: argparse.Namespace) -> int:
     print("\n".join(doctor_report(args.cache_dir)))
     if args.no_decode:
         return 0
-    from lsp_server.config import Config, ModelConfig
     from lsp_server.backends.local_runtime import load_runtime
+    from lsp_server.config import Config, ModelConfig
 
     try:
         runtime = load_runtime(Config(model=ModelConfig(cacheDir=args.cache_dir or "")), print)

@@ -19,15 +19,15 @@ from lsp_server.backends.base import Backend, BackendRequest, PromptCodec
 from lsp_server.config import Config
 from lsp_server.context.cross_file import CrossFileContext, uri_path
 from lsp_server.context.postprocess import final_text, stream_text
-from lsp_server.context.snippets import SourceFile
-from lsp_server.server.documents import Document, DocumentStore, offset_to_position
-from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, TextDelta
 from lsp_server.context.prompt import ContextBudget, build_fim_prompt
+from lsp_server.context.snippets import SourceFile
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, TextDelta
+from lsp_server.server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.server.protocol import StreamUpdate
 from lsp_server.server.stats import ServerStats
 from lsp_server.syntax.context import classify
-from lsp_server.syntax.types import SyntaxContext
 from lsp_server.syntax.policy import PolicyOverrides, describe, policy_for
+from lsp_server.syntax.types import SyntaxContext
 
 log = logging.getLogger(__name__)
 _ids = itertools.count(1)

@@ -14,14 +14,14 @@ from pygls.lsp.server import LanguageServer
 
 from lsp_server import __version__
 from lsp_server.backends.base import Backend
-from lsp_server.server.completion import CompletionService, Cursor
 from lsp_server.config import Config, config_from_options, model_identity
-from lsp_server.server.documents import DocumentStore
-from lsp_server.engine.worker import EngineWorker
 from lsp_server.context.cross_file import uri_path
+from lsp_server.engine.worker import EngineWorker
 from lsp_server.server.client import as_plain
+from lsp_server.server.completion import CompletionService, Cursor
+from lsp_server.server.documents import DocumentStore
 from lsp_server.server.protocol import (CONFIG_SECTION, DOCUMENT_REQUEST, STATS_REQUEST, STREAM_NOTIFICATION,
-                                 WARM_NOTIFICATION, StreamUpdate, document_summary)
+                                        WARM_NOTIFICATION, StreamUpdate, document_summary)
 from lsp_server.server.rpc_protocol import PARSE_ERROR, SpecfillProtocol
 from lsp_server.server.stats import ServerStats
 from lsp_server.server.user_messages import RateLimiter

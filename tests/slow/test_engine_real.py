@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lsp_server.backends.local_runtime import load_runtime
 from lsp_server.bench.engine_bench import TIE_TOLERANCE
 from lsp_server.config import Config, ModelConfig
+from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 from lsp_server.engine.cache import LeanSlot
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
 from lsp_server.kernels.packed import ATTR
-from lsp_server.context.prompt import ContextBudget, build_fim_prompt
-from lsp_server.backends.local_runtime import load_runtime
 
 pytestmark = pytest.mark.slow
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lsp_server.backends.local_runtime import load_runtime
 from lsp_server.bench.engine_bench import TIE_TOLERANCE
 from lsp_server.config import Config, ModelConfig
+from lsp_server.context.prompt import ContextBudget, build_fim_prompt
+from lsp_server.engine.lean_step import rows_independent
 from lsp_server.engine.types import DraftPolicy, StopRule
 from lsp_server.kernels.quantize import Int4Linear
-from lsp_server.engine.lean_step import rows_independent
 from lsp_server.kernels.w8a8 import W8A8Linear, w8a8_available
-from lsp_server.context.prompt import ContextBudget, build_fim_prompt
-from lsp_server.backends.local_runtime import load_runtime
 from tests.slow.test_engine_real import PROMPTS, generate
 
 pytestmark = pytest.mark.slow

@@ -6,8 +6,8 @@ import textwrap
 from dataclasses import dataclass
 
 from lsp_server.syntax.context import classify
-from lsp_server.syntax.types import ContextKind, SyntaxContext
 from lsp_server.syntax.languages import make_parser
+from lsp_server.syntax.types import ContextKind, SyntaxContext
 
 CURSOR = "|"
 

@@ -33,8 +33,8 @@ def test_auto_quantization_follows_the_device(role: str) -> None:
 
 
 def test_round_costs_from_a_busy_moment_are_not_used() -> None:
-    from lsp_server.engine.costs import RowCosts
     from lsp_server.backends.local_runtime import plausible
+    from lsp_server.engine.costs import RowCosts
 
     assert plausible(RowCosts(target=(0.030, 0.031, 0.032), draft=0.012))
     # Another process had the cores: the 0.5B draft "cost" more than the 1.5B target.

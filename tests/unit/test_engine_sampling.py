@@ -11,9 +11,9 @@ import torch
 
 from lsp_server.engine.sampling import Sampling, verify_sampled, warp
 from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
 from lsp_server.kernels.quantize import quantize_model
 from lsp_server.kernels.w8a8 import w8a8_available
-from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
 from tests.tiny_models import CharTokenizer, tiny_model
 
 torch.set_grad_enabled(False)

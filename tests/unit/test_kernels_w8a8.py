@@ -111,9 +111,9 @@ def test_w8a8_mode_quantizes_every_linear_layer_head_included() -> None:
 def test_speculation_reproduces_a_w8a8_targets_own_greedy_output_exactly_for_any_k(k: int) -> None:
     """No near-tie allowance: with rows independent in every layer and attention run one
     query row at a time, a verify of k+1 rows computes exactly what k+1 steps compute."""
+    from lsp_server.backends.local_runtime import ready_for_lean_steps
     from lsp_server.engine.speculative import SpeculativeEngine
     from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
-    from lsp_server.backends.local_runtime import ready_for_lean_steps
 
     target = quantize_model(tiny_model(seed=1, hidden=64), "w8a8")
     draft = quantize_model(tiny_model(seed=2, hidden=64), "w8a8")
@@ -136,8 +136,8 @@ def test_speculation_reproduces_a_w8a8_targets_own_greedy_output_exactly_for_any
 
 
 def test_lean_verify_logits_equal_single_steps_bit_for_bit() -> None:
-    from lsp_server.engine.cache import LeanSlot
     from lsp_server.backends.local_runtime import ready_for_lean_steps
+    from lsp_server.engine.cache import LeanSlot
 
     model = quantize_model(tiny_model(seed=3, hidden=64), "w8a8")
     ready_for_lean_steps(model, "test", True, lambda _: None)

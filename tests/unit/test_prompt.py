@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lsp_server.engine.types import common_prefix_len  # what the KV cache reuses
 from lsp_server.context.prompt import (
     QWEN_FIM,
     ContextBudget,
     FimTokens,
     build_fim_prompt,
 )
+from lsp_server.engine.types import common_prefix_len  # what the KV cache reuses
 
 FIM = FimTokens(prefix=-1, suffix=-2, middle=-3)  # ids no text token can have
 _PIECES = re.compile(r" ?\w{1,4}|\s+|[^\w\s]")

@@ -1,8 +1,8 @@
 import pytest
 
-from lsp_server.syntax.types import ContextKind as K
 from lsp_server.syntax.context import classify
 from lsp_server.syntax.languages import make_parser
+from lsp_server.syntax.types import ContextKind as K
 from tests.unit.syntax_cases import Case, check, classify_marked, split_cursor
 
 CASES = [

@@ -3,8 +3,8 @@ from dataclasses import replace
 import pytest
 
 from lsp_server.engine.types import DraftPolicy, StopRule
-from lsp_server.syntax.types import ContextKind as K
 from lsp_server.syntax.policy import POLICY, PolicyOverrides, describe, policy_for
+from lsp_server.syntax.types import ContextKind as K
 from tests.unit.syntax_cases import classify_marked
 
 
