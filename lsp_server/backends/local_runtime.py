@@ -231,9 +231,9 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
 def release_weight_pages(cache_dir: str | None) -> int:
     """Every kernel has run once (warm-up, costs): the W8A8 int8 weights zentorch has copied
     into its own cache are not read again, so their file's pages go back to the system; a
-    weight the kernel's cache ever evicts faults back in from the file (models.file_pages)."""
+    weight the kernel's cache ever evicts faults back in from the file (kernels.file_pages)."""
     from lsp_server.engine import heap
-    from lsp_server.models.file_pages import release_cached_pages
+    from lsp_server.kernels.file_pages import release_cached_pages
     from lsp_server.models.registry import resolve_cache_dir
 
     heap.trim()  # quantization's and the warm-up's scratch too

@@ -185,7 +185,7 @@ def _file_rss_kb(path) -> int:
 
 
 def test_a_cached_w8a8_model_reads_its_weights_from_a_read_only_map_and_can_hand_its_pages_back(tmp_path) -> None:
-    from lsp_server.models.file_pages import release_cached_pages
+    from lsp_server.kernels.file_pages import release_cached_pages
     from lsp_server.kernels.fuse import fuse_projections
     from lsp_server.kernels.quant_cache import INT8_FILE, apply_quant, quant_dir
     from lsp_server.kernels.quantize import QuantConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lsp_server.models.file_pages import Mapping, read_maps, release_cached_pages, releasable
+from lsp_server.kernels.file_pages import Mapping, read_maps, release_cached_pages, releasable
 
 MAPS = """\
 7efa87800000-7efae3810000 r--s 00000000 fe:00 16040092                   {root}/m/quant/w8a8/int8.bin
