@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psutil
 
-from lsp_server.kernels.attention import use_packed_gqa
 from .errors import ModelError, ModelNotFoundError, TokenizerMismatchError
 from .fetch import hf_is_recorded, read_marker
 from .registry import MODELS, ModelPaths, get_model, resolve_cache_dir
@@ -235,6 +234,8 @@ def load_weights(
     model.to(device)
     model.eval()
     if device.type == "cpu":
+        from lsp_server.kernels.attention import use_packed_gqa  # torch: only when loading
+
         use_packed_gqa(model)  # decode steps and verifies without the CPU's slow GQA paths
     model.requires_grad_(False)  # no autograd bookkeeping even where grad mode is left on
     params = list(model.parameters())

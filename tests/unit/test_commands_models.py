@@ -89,3 +89,10 @@ def test_doctor_report_says_ready_or_what_to_run(tmp_path, fake_pair):
     ready = models_command.doctor_report(tmp_path)
     assert sum(": ready (" in line for line in ready) == 2
     assert ready[0].startswith(f"model cache: {tmp_path}")
+
+
+def test_models_list_and_doctor_lines_do_not_import_torch():
+    """What makes `specfill models list` answer in well under a second."""
+    from tests.import_walls import heavy_imports
+
+    assert "torch" not in heavy_imports("lsp_server.commands.models")
