@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from lsp_server.kernels.file_pages import Mapping, read_maps, release_cached_pages, releasable
+from tests.resident_pages import resident_kb
 
 MAPS = """\
 7efa87800000-7efae3810000 r--s 00000000 fe:00 16040092                   {root}/m/quant/w8a8/int8.bin
@@ -46,19 +47,8 @@ def test_a_released_map_drops_its_resident_pages_and_reads_back_the_same(tmp_pat
     with open(path, "rb") as f:
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     assert mapped[:] == data  # every page touched
-
-    def resident_kb() -> int:
-        total, current = 0, None
-        for line in open("/proc/self/smaps"):
-            head = line.split()
-            if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
-                current = head[5] if len(head) > 5 else ""
-            elif line.startswith("Rss:") and current == str(path.resolve()):
-                total += int(head[1])
-        return total
-
-    assert resident_kb() >= 4096
+    assert resident_kb(path) >= 4096
     assert release_cached_pages([tmp_path]) >= len(data)
-    assert resident_kb() == 0
+    assert resident_kb(path) == 0
     assert mapped[:] == data
     mapped.close()

@@ -172,20 +172,9 @@ def test_without_zentorch_auto_falls_back_to_torch_int4_and_says_why() -> None:
     assert "use int4-g32" in lines[2]
 
 
-def _file_rss_kb(path) -> int:
-    """Resident kB of this process's maps of `path` (from /proc/self/smaps)."""
-    total, current = 0, None
-    for line in open("/proc/self/smaps"):
-        head = line.split()
-        if head and "-" in head[0] and len(head) >= 5 and ":" in head[3]:
-            current = head[5] if len(head) > 5 else ""
-        elif line.startswith("Rss:") and current == str(path):
-            total += int(head[1])
-    return total
-
-
 def test_a_cached_w8a8_model_reads_its_weights_from_a_read_only_map_and_can_hand_its_pages_back(tmp_path) -> None:
     from lsp_server.kernels.file_pages import release_cached_pages
+    from tests.resident_pages import resident_kb
     from lsp_server.kernels.fuse import fuse_projections
     from lsp_server.kernels.quant_cache import INT8_FILE, apply_quant, quant_dir
     from lsp_server.kernels.quantize import QuantConfig
@@ -207,8 +196,8 @@ def test_a_cached_w8a8_model_reads_its_weights_from_a_read_only_map_and_can_hand
     assert fuse_projections(cached) > 0
     attn = cached.model.layers[0].self_attn
     assert attn._specfill_qkv.module.weight.data_ptr() == attn.q_proj.weight.data_ptr()
-    assert _file_rss_kb(path) > 0
+    assert resident_kb(path) > 0
     assert release_cached_pages([tmp_path]) >= path.stat().st_size
-    assert _file_rss_kb(path) == 0
+    assert resident_kb(path) == 0
     with torch.inference_mode():
         assert torch.equal(cached(ids).logits, want)  # pages read back from the file
