@@ -132,7 +132,11 @@ class EngineWorker:
             return len(self._active)
 
     def is_idle(self) -> bool:
-        return not self.busy.is_set() and self._jobs.empty()
+        """No job queued, running or still being settled on the loop: once this is True,
+        every finished job's on_final has run, so stats read next to it add up."""
+        with self._lock:
+            settling = bool(self._active)
+        return not settling and not self.busy.is_set() and self._jobs.empty()
 
     async def _stream(self, job: _Job) -> AsyncIterator[EngineEvent]:
         finished = False
@@ -144,6 +148,19 @@ class EngineWorker:
         finally:
             if not finished:  # the consumer went away (cancelled) before the end
                 self.abort(job.request.id)
+
+    def _settle(self, job: _Job, final: Finished) -> None:
+        """On the loop: count the job's work, hand its stream the final event, and only then
+        forget it. Done here rather than on the worker thread so that a stats request can
+        never see the worker idle while the job's on_final is still queued."""
+        try:
+            if job.on_final is not None:
+                job.on_final(final)
+            job.events.put_nowait(final)
+        finally:
+            with self._lock:
+                if self._active.get(job.request.id) is job:
+                    del self._active[job.request.id]
 
     # -- worker thread ------------------------------------------------------------
 
@@ -162,8 +179,8 @@ class EngineWorker:
             self._fail(type(exc).__name__)
             while not self._jobs.empty():
                 job = self._jobs.get_nowait()
-                if job is not None:
-                    job.loop.call_soon_threadsafe(job.events.put_nowait, Finished(
+                if job is not None and not job.loop.is_closed():
+                    job.loop.call_soon_threadsafe(self._settle, job, Finished(
                         job.request.id, "", (), Stats(stop_reason="error"), "error", error=self.failed))
 
     def _serve_jobs(self) -> None:
@@ -178,8 +195,9 @@ class EngineWorker:
                 self._apply_threads()
                 prefilled = self._serve(job)
             finally:
-                with self._lock:
-                    self._active.pop(job.request.id, None)
+                if job.loop.is_closed():  # nobody left to settle it
+                    with self._lock:
+                        self._active.pop(job.request.id, None)
                 self.busy.clear()
             if prefilled >= heap.TRIM_AFTER_PREFILLED and self._jobs.empty():
                 heap.trim()  # idle now: nobody waits for it
@@ -213,9 +231,10 @@ class EngineWorker:
                 prefilled = event.stats.prefilled_tokens
             if job.loop.is_closed():
                 return  # the server is gone; nobody is left to tell
-            if isinstance(event, Finished) and job.on_final is not None:
-                job.loop.call_soon_threadsafe(job.on_final, event)
-            job.loop.call_soon_threadsafe(job.events.put_nowait, event)
+            if isinstance(event, Finished):
+                job.loop.call_soon_threadsafe(self._settle, job, event)
+            else:
+                job.loop.call_soon_threadsafe(job.events.put_nowait, event)
 
         if job.abort.is_set() or self.engine is None:
             reason = "aborted" if job.abort.is_set() else "error"

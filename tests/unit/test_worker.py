@@ -106,6 +106,29 @@ async def test_cancelling_the_consumer_aborts_the_engine_and_the_worker_goes_idl
     worker.stop()
 
 
+async def test_the_worker_is_not_idle_until_the_final_event_is_counted_on_the_loop():
+    """A stats request reads is_idle() and the totals on the loop: idle must never show
+    while the finished job's on_final is still queued behind it (a flaky e2e failure)."""
+    import time
+
+    worker = EngineWorker(make_engine)
+    worker.start()
+    assert await worker.wait_ready(30)
+    counted = []
+    policy = DraftPolicy(context="t", max_new_tokens=6, stop=StopRule("none"))
+    stream = worker.submit(CompletionRequest("s1", (4, 5, 6), policy), on_final=counted.append)
+    deadline = time.monotonic() + 20
+    while not worker.busy.is_set() and time.monotonic() < deadline:
+        time.sleep(0.001)  # blocking on purpose: the loop runs no callback meanwhile
+    while worker.busy.is_set() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert not worker.busy.is_set()  # the worker thread is done with the job...
+    assert not counted and not worker.is_idle()  # ...but its final is not counted yet
+    events = [e async for e in stream]
+    assert counted == [events[-1]] and worker.is_idle()
+    worker.stop()
+
+
 async def test_a_failing_factory_reports_the_error_instead_of_hanging():
     def broken(_progress):
         raise FileNotFoundError("no model at /nowhere")
