@@ -64,6 +64,9 @@ class ContextWindow:
     # 2 cores). Turn it on (e.g. 1024) once a 40-spot `make bench-quality` says it pays.
     extraTokens: int = 0
     extraSources: str = "all"  # all | definitions | similar
+    # Also read files that are not open (context.workspace_files): the modules the file
+    # imports and its siblings, only inside the workspace folders, links never followed out.
+    workspaceFiles: bool = False
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Spots (bench.quality_spots) are cut by a fixed seed from installed third-party packages.
 Each spot runs through the real server over stdio, as an editor would: open the file (and,
 in the `+neighbours` condition, first the files its module imports from its own package,
-then its siblings), send `specfill/warm` for the cursor (an editor's cursor rest), wait
+then its siblings; in `+workspace`, none, but the server reads files that are not open), send `specfill/warm` for the cursor (an editor's cursor rest), wait
 `--open-wait-s`, ask for the completion, then type the first expected character and ask
 again (the keystroke with a warm cache). Beside it the anchor: transformers greedy on a
 plain PSM prompt with the same target model and the same prefix / suffix windows.
@@ -27,7 +27,7 @@ from lsp_server.bench.report import machine_info, markdown_table, plain_args, wr
 from lsp_server.engine.types import percentile
 from lsp_server.server.client import SpecfillClient, utf16_len
 
-CONDITIONS = ("anchor", "specfill", "specfill+neighbours")
+CONDITIONS = ("anchor", "specfill", "specfill+neighbours", "specfill+workspace")
 # From the issue; reported, never asserted.
 TARGETS = {"exact_neighbours_minus_anchor_points": 5.0, "first_text_after_open_p50_s": 0.300,
            "keystroke_first_text_p50_s": 0.060, "keystroke_prefilled_p50": 8}
@@ -39,7 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kinds", default="line,block", help="line, block or both")
     p.add_argument("--packages", default=",".join(PACKAGES),
                    help="installed packages to cut spots from (missing ones are skipped)")
-    p.add_argument("--conditions", default=",".join(CONDITIONS))
+    p.add_argument("--conditions", default=",".join(CONDITIONS),
+                   help="+neighbours opens the neighbour files; +workspace opens none but turns "
+                        "on contextWindow.workspaceFiles, the installed packages' folder as workspace")
     p.add_argument("--neighbours", type=int, default=4, help="neighbour files opened per spot")
     p.add_argument("--open-wait-s", type=float, default=3.0,
                    help="from opening the file to the first request")
@@ -62,11 +64,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # -- the server side ------------------------------------------------------------------
 
-def server_options(args: argparse.Namespace) -> dict[str, Any]:
+def server_options(args: argparse.Namespace, workspace_files: bool = False) -> dict[str, Any]:
     model = {k: v for k, v in (("target", args.target), ("draft", args.draft),
                                ("quant", args.quant), ("threads", args.threads)) if v}
     window: dict[str, Any] = {"prefixTokens": args.prefix_tokens, "suffixTokens": args.suffix_tokens}
     window["extraTokens"] = args.extra_tokens
+    window["workspaceFiles"] = workspace_files
     if args.extra_sources is not None:
         window["extraSources"] = args.extra_sources
     return {"contextWindow": window, **({"model": model} if model else {})}
@@ -112,7 +115,8 @@ async def run_server(spots: Sequence[QualitySpot], neighbours: bool, args: argpa
                      out_dir: Path, label: str) -> list[dict[str, Any]]:
     root_uri = Path(spots[0].root).as_uri() if spots else None
     log = out_dir / f"server-{label.replace('+', '-')}.log"
-    async with SpecfillClient(server_options(args), stderr_log=log, root_uri=root_uri) as client:
+    options = server_options(args, workspace_files=label.endswith("+workspace"))
+    async with SpecfillClient(options, stderr_log=log, root_uri=root_uri) as client:
         await client.wait_ready(900.0)
         rows = []
         for i, spot in enumerate(spots):

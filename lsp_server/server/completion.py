@@ -10,6 +10,7 @@ one generation per document: a request at the same
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from dataclasses import dataclass, field, replace
@@ -21,11 +22,13 @@ from lsp_server.context.cross_file import CrossFileContext, uri_path
 from lsp_server.context.postprocess import final_text, stream_text
 from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 from lsp_server.context.snippets import SourceFile
+from lsp_server.context.workspace_files import WorkspaceFiles
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, TextDelta
 from lsp_server.server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.server.protocol import StreamUpdate
 from lsp_server.server.stats import ServerStats
 from lsp_server.syntax.context import classify
+from lsp_server.syntax.languages import make_parser
 from lsp_server.syntax.policy import PolicyOverrides, describe, policy_for
 from lsp_server.syntax.types import SyntaxContext
 
@@ -62,6 +65,13 @@ def clean(text: str, suffix: str, final: bool = False) -> str:
     or of its own lines, one line mid-line, no trailing blank lines; the final text also
     closes or cuts the brackets it opened."""
     return final_text(text, suffix) if final else stream_text(text, suffix)
+
+
+@functools.lru_cache(maxsize=None)
+def parse_function(language_id: str) -> Callable[[bytes], Any] | None:
+    """tree-sitter's parse for a language (None without a grammar), for files read from disk."""
+    parser = make_parser(language_id)
+    return parser.parse if parser is not None else None
 
 
 def source_file(doc: Document) -> SourceFile:
@@ -123,14 +133,19 @@ class CompletionService:
         self.inflight: dict[str, Generation] = {}
         self.cross_file = CrossFileContext()
         self.roots: list[str] = []  # workspace folders (POSIX paths), set by the server
+        self.workspace_files = WorkspaceFiles(parse_function)
         self._warms: set[asyncio.Task] = set()
 
     def _prepare(self, doc: Document, cursor: Cursor, encoding: str, config: Config,
                  codec: PromptCodec) -> Prepared:
         def head(prefix: str, suffix: str) -> tuple[int, ...]:
+            current = source_file(doc)
             others = [source_file(d) for d in self.documents.recent(doc.language_id, doc.uri)]
+            if config.contextWindow.workspaceFiles and config.contextWindow.extraTokens > 0:
+                others += self.workspace_files.for_document(
+                    current, self.roots, [o.path for o in others])
             plan = self.cross_file.prefix_ids(
-                doc.uri, source_file(doc), cursor.line, prefix, suffix, others, self.roots,
+                doc.uri, current, cursor.line, prefix, suffix, others, self.roots,
                 config.contextWindow.extraTokens, codec.encode, codec.repo,
                 config.contextWindow.extraSources)
             return plan.ids

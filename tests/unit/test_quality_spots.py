@@ -74,3 +74,17 @@ def test_scores_compare_the_first_line_or_as_many_lines_as_expected(package: Pat
     assert judged_text(block, block.expected + "\nextra") == block.expected.rstrip()
     assert score(block, "")[0] is False
     assert edit_similarity("abcd", "abce") == 0.75 and edit_similarity("", "") == 1.0
+
+
+def test_only_the_workspace_condition_asks_the_server_to_read_files_that_are_not_open():
+    import argparse
+
+    from lsp_server.bench.quality import CONDITIONS, add_arguments, server_options
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args([])
+    assert "specfill+workspace" in CONDITIONS and args.conditions.split(",") == list(CONDITIONS)
+    assert server_options(args, workspace_files=True)["contextWindow"]["workspaceFiles"] is True
+    window = server_options(args)["contextWindow"]
+    assert window["workspaceFiles"] is False and window["extraTokens"] == args.extra_tokens > 0

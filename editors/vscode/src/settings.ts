@@ -38,6 +38,7 @@ const SERVER_OPTIONS = [
   'contextWindow.fimMode',
   'contextWindow.extraTokens',
   'contextWindow.extraSources',
+  'contextWindow.workspaceFiles',
   'backend.kind',
   'backend.urls',
   'backend.model',
