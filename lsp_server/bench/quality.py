@@ -3,10 +3,14 @@
 Spots (bench.quality_spots) are cut by a fixed seed from installed third-party packages.
 Each spot runs through the real server over stdio, as an editor would: open the file (and,
 in the `+neighbours` condition, first the files its module imports from its own package,
-then its siblings; in `+workspace`, none, but the server reads files that are not open), send `specfill/warm` for the cursor (an editor's cursor rest), wait
-`--open-wait-s`, ask for the completion, then type the first expected character and ask
-again (the keystroke with a warm cache). Beside it the anchor: transformers greedy on a
-plain PSM prompt with the same target model and the same prefix / suffix windows.
+then its siblings; in `+workspace`, none, but the server reads files that are not open),
+send `specfill/warm` for the cursor (an editor's cursor rest), wait `--open-wait-s`, ask
+for the completion, then type the first expected character and ask again (the keystroke
+with a warm cache). The file alone (`specfill`) runs with no cross-file context, the
+server's default; the other two with `--extra-tokens`, so besides a spot's neighbours the
+files earlier spots edited and closed are candidates too, as in an editor session. Beside
+them the anchor: transformers greedy on a plain PSM prompt with the same target model and
+the same prefix / suffix windows.
 
 Reported per condition and spot kind: exact match, edit similarity, first streamed text and
 final answer latency (client side), prefilled tokens (server stats). Quality is not
@@ -46,8 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--open-wait-s", type=float, default=3.0,
                    help="from opening the file to the first request")
     p.add_argument("--extra-tokens", type=int, default=1024,
-                   help="contextWindow.extraTokens for the server conditions (the server's "
-                        "default is 0: off, which would make +neighbours the same as the file alone)")
+                   help="contextWindow.extraTokens for +neighbours and +workspace; the file "
+                        "alone (`specfill`) runs with 0, the server's default: no other file at all")
     p.add_argument("--extra-sources", default=None, choices=["all", "definitions", "similar"],
                    help="contextWindow.extraSources (default: the server's)")
     p.add_argument("--prefix-tokens", type=int, default=1024)
@@ -64,11 +68,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 # -- the server side ------------------------------------------------------------------
 
-def server_options(args: argparse.Namespace, workspace_files: bool = False) -> dict[str, Any]:
+def server_options(args: argparse.Namespace, cross_file: bool = True,
+                   workspace_files: bool = False) -> dict[str, Any]:
+    """`cross_file` False: extraTokens 0. Otherwise the files a spot's file is read with include
+    the ones earlier spots edited and closed (the server keeps those as context, as in an
+    editor session), besides its neighbours."""
     model = {k: v for k, v in (("target", args.target), ("draft", args.draft),
                                ("quant", args.quant), ("threads", args.threads)) if v}
     window: dict[str, Any] = {"prefixTokens": args.prefix_tokens, "suffixTokens": args.suffix_tokens}
-    window["extraTokens"] = args.extra_tokens
+    window["extraTokens"] = args.extra_tokens if cross_file else 0
     window["workspaceFiles"] = workspace_files
     if args.extra_sources is not None:
         window["extraSources"] = args.extra_sources
@@ -115,7 +123,7 @@ async def run_server(spots: Sequence[QualitySpot], neighbours: bool, args: argpa
                      out_dir: Path, label: str) -> list[dict[str, Any]]:
     root_uri = Path(spots[0].root).as_uri() if spots else None
     log = out_dir / f"server-{label.replace('+', '-')}.log"
-    options = server_options(args, workspace_files=label.endswith("+workspace"))
+    options = server_options(args, cross_file="+" in label, workspace_files=label.endswith("+workspace"))
     async with SpecfillClient(options, stderr_log=log, root_uri=root_uri) as client:
         await client.wait_ready(900.0)
         rows = []
@@ -245,8 +253,8 @@ def write_report(out_dir: Path, summary: dict[str, dict], args: argparse.Namespa
                          s["keystroke_first_text_p50_s"], s["keystroke_prefilled_p50"]])
     text = (f"# specfill bench quality\n\n{args.spots} spots, seed {args.seed}, packages "
             f"{args.packages}; windows {args.prefix_tokens} / {args.suffix_tokens} tokens, "
-            f"extraTokens {args.extra_tokens} "
-            f"({args.extra_sources or 'default'} sources), "
+            f"extraTokens 0 for the file alone and {args.extra_tokens} "
+            f"({args.extra_sources or 'default'} sources) for +neighbours / +workspace, "
             f"first request {args.open_wait_s:g} s after opening (a `specfill/warm` at the cursor "
             "right after didOpen). The anchor is transformers greedy on a plain PSM prompt "
             "(same target, bf16) and has no server, so its latencies are not comparable.\n\n"

@@ -76,7 +76,7 @@ def test_scores_compare_the_first_line_or_as_many_lines_as_expected(package: Pat
     assert edit_similarity("abcd", "abce") == 0.75 and edit_similarity("", "") == 1.0
 
 
-def test_only_the_workspace_condition_asks_the_server_to_read_files_that_are_not_open():
+def test_the_conditions_ask_the_server_for_the_context_they_name():
     import argparse
 
     from lsp_server.bench.quality import CONDITIONS, add_arguments, server_options
@@ -88,3 +88,5 @@ def test_only_the_workspace_condition_asks_the_server_to_read_files_that_are_not
     assert server_options(args, workspace_files=True)["contextWindow"]["workspaceFiles"] is True
     window = server_options(args)["contextWindow"]
     assert window["workspaceFiles"] is False and window["extraTokens"] == args.extra_tokens > 0
+    # the file alone reads no other file: not even ones earlier spots edited
+    assert server_options(args, cross_file=False)["contextWindow"]["extraTokens"] == 0
