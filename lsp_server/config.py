@@ -57,11 +57,11 @@ class ContextWindow:
     fimMode: str = "psm-line"
     # Tokens of other files put in front of the prompt (context.cross_file): definitions of
     # imported names from open files, then the windows most like the code around the cursor.
-    # Off by default: on held-out spots (`specfill bench quality`, neighbours open, 1024 tokens)
-    # it gave 2 of 8 exact vs 1 of 8 for the file alone (edit similarity 0.633 vs 0.624), and
-    # 2 of 6 vs 2 of 6 in a run before, while a prompt ~600 tokens longer made the first request
-    # 3 s after opening take 6.1 s instead of 0.63 s (p50: the warm cannot finish in time on
-    # 2 cores). Turn it on (e.g. 1024) once a 40-spot `make bench-quality` says it pays.
+    # Off by default: on 40 held-out spots (`make bench-quality`) 1024 with the neighbour files
+    # open gave 35 % exact match against 27.5 % for the file alone, but the ~600 tokens more
+    # to prefill made the first request 3 s after opening take 5.4 s instead of 1.2 s (p50, 2
+    # CPU cores), and a move to another 32-line block pays it again when it picks other chunks.
+    # Where prefill is fast (a GPU), 1024 is the better setting.
     extraTokens: int = 0
     extraSources: str = "all"  # all | definitions | similar
     # Also read files that are not open (context.workspace_files): the modules the file
