@@ -57,8 +57,9 @@ def import_bases(current: str, roots: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(bases))
 
 
-def imported_paths(current: SourceFile, roots: Sequence[str]) -> list[str]:
-    """Files on disk that `current` (Python) imports from, in import order."""
+def imported_paths(current: SourceFile, roots: Sequence[str], real_roots: Sequence[str]) -> list[str]:
+    """Files on disk, inside `real_roots`, that `current` (Python) imports from, in import
+    order; nothing outside them is even looked at."""
     if current.tree is None or current.language != "python":
         return []
     source = current.text.encode("utf-8", "surrogatepass")
@@ -71,7 +72,8 @@ def imported_paths(current: SourceFile, roots: Sequence[str]) -> list[str]:
             bases = bases if bases is not None else import_bases(current.path, roots)
             tails = module_paths(current.path, imp)  # "/pkg/mod.py", "/pkg/mod/__init__.py"
             candidates = [base.rstrip("/") + tail for base in bases for tail in tails]
-        out += [c for c in candidates if os.path.isfile(c)][:1]
+        out += [c for c in candidates
+                if inside(os.path.realpath(c), real_roots) and os.path.isfile(c)][:1]
     return out
 
 
@@ -107,7 +109,7 @@ class WorkspaceFiles:
             return []  # a file outside every folder gets no workspace context
         skip = {*open_paths, current.path}
         out: list[SourceFile] = []
-        for path in imported_paths(current, roots) + sibling_paths(current.path):
+        for path in imported_paths(current, roots, real_roots) + sibling_paths(current.path):
             if len(out) >= MAX_FILES:
                 break
             if path in skip:
