@@ -43,6 +43,7 @@ class _Job:
     on_final: Callable[[Finished], None] | None = None
     warm: bool = False
     preempted_at: float | None = None  # when a real request (or newer warm) aborted this warm
+    settled: bool = False  # its final event was delivered (set on the loop only)
 
 
 class EngineWorker:
@@ -132,11 +133,11 @@ class EngineWorker:
             return len(self._active)
 
     def is_idle(self) -> bool:
-        """No job queued, running or still being settled on the loop: once this is True,
-        every finished job's on_final has run, so stats read next to it add up."""
+        """No job queued, running or still being settled on the loop (a job stays active
+        from submit to its settling): once this is True, every finished job's on_final has
+        run, so stats read next to it add up."""
         with self._lock:
-            settling = bool(self._active)
-        return not settling and not self.busy.is_set() and self._jobs.empty()
+            return not self._active
 
     async def _stream(self, job: _Job) -> AsyncIterator[EngineEvent]:
         finished = False
@@ -152,7 +153,12 @@ class EngineWorker:
     def _settle(self, job: _Job, final: Finished) -> None:
         """On the loop: count the job's work, hand its stream the final event, and only then
         forget it. Done here rather than on the worker thread so that a stats request can
-        never see the worker idle while the job's on_final is still queued."""
+        never see the worker idle while the job's on_final is still queued. A job is
+        settled once: a dying worker answers every job still active, and one of them may
+        have its own final already on the way."""
+        if job.settled:
+            return
+        job.settled = True
         try:
             if job.on_final is not None:
                 job.on_final(final)
@@ -177,9 +183,10 @@ class EngineWorker:
         except BaseException as exc:  # the loop itself broke: answer everyone, then stop
             log.error("engine worker died: %s\n%s", type(exc).__name__, traceback.format_exc())
             self._fail(type(exc).__name__)
-            while not self._jobs.empty():
-                job = self._jobs.get_nowait()
-                if job is not None and not job.loop.is_closed():
+            with self._lock:  # the job that was running and every queued one
+                jobs = list(self._active.values())
+            for job in jobs:
+                if not job.loop.is_closed():
                     job.loop.call_soon_threadsafe(self._settle, job, Finished(
                         job.request.id, "", (), Stats(stop_reason="error"), "error", error=self.failed))
 

@@ -129,6 +129,31 @@ async def test_the_worker_is_not_idle_until_the_final_event_is_counted_on_the_lo
     worker.stop()
 
 
+async def test_a_dying_worker_answers_the_running_job_and_the_queued_ones_once_each():
+    class Crash(BaseException):  # not an Exception: generate's own error handling misses it
+        pass
+
+    class CrashingEngine:
+        def generate(self, request, should_abort):
+            yield TextDelta(request.id, "a", "a")
+            raise Crash()
+
+    worker = EngineWorker(lambda _progress: CrashingEngine())
+    worker.start()
+    assert await worker.wait_ready(30)
+    policy = DraftPolicy(context="t", max_new_tokens=4, stop=StopRule("none"))
+    counted = []
+    streams = [worker.submit(CompletionRequest(f"d{i}", (1,), policy), on_final=counted.append)
+               for i in range(3)]
+
+    async def finals(stream):
+        return [e for e in [e async for e in stream] if isinstance(e, Finished)]
+
+    answers = await asyncio.wait_for(asyncio.gather(*map(finals, streams)), 10)
+    assert [[f.reason for f in a] for a in answers] == [["error"]] * 3
+    assert len(counted) == 3 and worker.failed == "Crash" and worker.is_idle()
+
+
 async def test_a_failing_factory_reports_the_error_instead_of_hanging():
     def broken(_progress):
         raise FileNotFoundError("no model at /nowhere")
