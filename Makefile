@@ -37,14 +37,14 @@ llama-server: ## build llama.cpp's llama-server + llama-bench into the model cac
 	PY=$(BIN)/python bash scripts/build-llama-server.sh
 
 test: setup models editors llama-server ## all tests: unit, end-to-end, robustness, real models, real servers, real editors
-	$(PYTEST) tests/unit tests/e2e -q
+	$(PYTEST) tests/kernels tests/unit tests/e2e -q
 	$(PYTEST) tests/robustness -q
 	$(PYTEST) tests/slow -q
 	$(PYTEST) tests/remote -q
 	$(PYTEST) tests/editors -q
 
-test-fast: setup ## unit and end-to-end tests on tiny models (about a minute)
-	$(PYTEST) tests/unit tests/e2e -q
+test-fast: setup ## native kernels, unit and end-to-end tests on tiny models (about 4 minutes)
+	$(PYTEST) tests/kernels tests/unit tests/e2e -q
 
 test-robustness: setup ## hostile client on tiny models: fuzz, edits, cancel storm, starvation, soak (~3 min)
 	$(PYTEST) tests/robustness -q

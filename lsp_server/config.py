@@ -26,10 +26,12 @@ class ModelConfig:
     dtype: str = "auto"  # auto | bf16 | fp16 | fp32
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch CPU threads; 0 = torch's default
-    # Quantization on CPU (bf16 | int8 | int4 | mixed | w8a8, "-gN" group size of int4 layers).
+    # Quantization on CPU (gguf | bf16 | int8 | int4 | mixed | w8a8, "-gN" group size of int4
+    # layers). gguf: the GGUF file's own blocks on specfill's native kernels (kernels/gguf.py).
     # The target's choice changes its outputs (speculation stays lossless against the
     # quantized target); the draft's only changes how often its guesses are accepted.
-    # auto: bf16 on CUDA; on CPU w8a8 on zentorch where it runs, else int4-g32 (backends/local_runtime.py).
+    # auto: bf16 on CUDA; on CPU w8a8 on zentorch where it runs, else gguf where the native
+    # kernels are built and the model has a GGUF file, else int4-g32 (backends/local_runtime.py).
     quant: str = "auto"
     draftQuant: str = "auto"
     cacheDir: str = ""  # "" = $SPECFILL_CACHE or ~/.cache/specfill
@@ -127,13 +129,13 @@ _RANGES: dict[str, tuple[float, float]] = {
 
 # The tags `lsp_server.kernels.quantize.QuantConfig.parse` accepts, checked here without
 # importing torch (the event loop must not stall on a 2 s import during `initialize`).
-_QUANT_TAG = re.compile(r"^(auto|bf16|int8|(int4|mixed|w8a8)(-g(32|64|128|256))?)(-nohead)?$")
+_QUANT_TAG = re.compile(r"^(auto|gguf|bf16|int8|(int4|mixed|w8a8)(-g(32|64|128|256))?)(-nohead)?$")
 
 
 def _quant_problem(path: str, value: str) -> str | None:
     if _QUANT_TAG.match(value):
         return None
-    return (f"{path} must be auto, bf16, int8, int4[-gN], mixed[-gN] or w8a8[-gN] (N in 32, 64, 128, 256), "
+    return (f"{path} must be auto, gguf, bf16, int8, int4[-gN], mixed[-gN] or w8a8[-gN] (N in 32, 64, 128, 256), "
             f"got {value!r}")
 
 

@@ -22,42 +22,80 @@ class Runtime:
     description: list[str]
     repo: Any = None  # lsp_server.context.cross_file.RepoTokens, None: no repo-level layout
 
+    native: bool = False  # both models on specfill's native kernels (kernels.gguf)
+
     def generate(self, request: Any, should_abort: Callable[[], bool]):
         """The worker drives anything with this method."""
         return self.engine.generate(request, should_abort)
 
+    def apply_threads(self, wanted: int | None) -> int:
+        """Use `wanted` threads (None / 0: every core) for the matrix products; returns them."""
+        return apply_threads(self.native, wanted)
 
-# What "auto" means on a CPU with bf16 weights: W8A8 on zentorch's int8 kernel for both
-# models where it runs and passes its check (a verify of k+1 rows costs about one step, and
-# rows are computed independently: speculation is exact); torch's int4 kernel elsewhere.
+
+def apply_threads(native_models: bool, wanted: int | None) -> int:
+    """With native models the kernels' own pool does the heavy work and torch runs the small
+    ops on one thread: torch's OpenMP workers, spinning after each op, took the cores the
+    kernels' workers needed (one-off, AMD EPYC Zen 3, 2 cores: a target step 227 ms with
+    torch on 2 threads, 168 ms on 1). Otherwise torch's threads do it all."""
+    import os
+
+    import torch
+
+    if native_models:
+        from lsp_server.kernels import native
+
+        native.set_threads(wanted or 0)
+        torch.set_num_threads(1)
+        return native.threads()
+    torch.set_num_threads(wanted or os.cpu_count() or 1)
+    return torch.get_num_threads()
+
+
+# What "auto" means on a CPU: W8A8 on zentorch's int8 kernel for both models where it runs
+# and passes its check (AVX512-VNNI, bf16 weights); elsewhere the GGUF files' own blocks on
+# specfill's native kernels (kernels/gguf.py) where they are built; torch's int4 kernel on a
+# bf16 CPU without either. Both kernels compute rows independently: speculation is exact.
 CPU_AUTO_QUANT = {"target": "w8a8", "draft": "w8a8"}
 CPU_FALLBACK_QUANT = {"target": "int4-g32", "draft": "int4-g32"}
+NATIVE_QUANT = "gguf"
 # torch's CPU int4 kernel costs twice as much from 5 rows on, so a verify of an int4 target
 # takes at most 3 draft tokens (+ 1). `mixed` is int4 in most layers.
 INT4_TARGET_MAX_K = 3
 
 
-def resolve_quant(tag: str, role: str, device_type: str, dtype: Any) -> str:
+def resolve_quant(tag: str, role: str, device_type: str, dtype: Any, has_gguf: bool = False) -> str:
+    """The quantization `tag` means for one model; `has_gguf`: its GGUF file is on disk."""
     if tag != "auto":
         return tag
     import torch
 
+    from lsp_server.kernels import native
     from lsp_server.kernels.w8a8 import w8a8_available
 
-    if device_type == "cpu" and dtype == torch.bfloat16:
-        return CPU_AUTO_QUANT[role] if w8a8_available() else CPU_FALLBACK_QUANT[role]
-    return "bf16"  # CUDA, or fp32 CPUs: the quantized kernels here are CPU + bf16
+    if device_type != "cpu":
+        return "bf16"  # CUDA: the quantized kernels here are CPU kernels
+    if dtype == torch.bfloat16 and w8a8_available():
+        return CPU_AUTO_QUANT[role]
+    if has_gguf and native.available():
+        return NATIVE_QUANT
+    return CPU_FALLBACK_QUANT[role] if dtype == torch.bfloat16 else "bf16"
 
 
 def kernel_lines() -> list[str]:
     """Which CPU kernels `auto` picks here, and why: for the load log and `specfill doctor`."""
+    from lsp_server.kernels import cpu, native
     from lsp_server.kernels.w8a8 import status
 
+    lines = [f"CPU: {cpu.describe()}"]
     st = status()
     if st.usable:
-        return [f"CPU kernels: {st.why} for steps, verifies and prefills"]
-    return [f"CPU kernels: torch int4 weight-only (verifies of at most {INT4_TARGET_MAX_K} draft tokens); "
-            f"W8A8 unavailable: {st.why}"]
+        return [*lines, f"CPU kernels: {st.why} for steps, verifies and prefills"]
+    if native.available():
+        return [*lines, f"CPU kernels: specfill native {native.variant()} x {native.threads()} threads on the "
+                        f"GGUF files' own blocks (rows independent); W8A8 unavailable: {st.why}"]
+    return [*lines, f"CPU kernels: torch int4 weight-only (verifies of at most {INT4_TARGET_MAX_K} draft tokens); "
+                    f"native kernels unavailable: {native.why_unavailable()}; W8A8 unavailable: {st.why}"]
 
 
 def apply_quantization(model: Any, tag: str, source: Any, cache_dir: str | None = None) -> None:
@@ -81,7 +119,9 @@ def _prepare(model: Any, role: str, quant: str, source: Any, cache_dir: str | No
     from lsp_server.kernels.quantize import keep_dense_for_prefill, linear_weights
 
     weight_only = quant.startswith(("int4", "mixed", "int8"))
-    if quant != "bf16":
+    if quant == NATIVE_QUANT:
+        progress(f"{role}: the GGUF file's blocks, multiplied in place (nothing converted)")
+    elif quant != "bf16":
         progress(f"{role}: {quant} weights (cached on disk after the first time)")
         dense = linear_weights(model) if weight_only else {}
         apply_quantization(model, quant, source, cache_dir)
@@ -103,6 +143,7 @@ def ready_for_lean_steps(model: Any, role: str, lean_steps: bool, progress: Call
     from lsp_server.engine.lean_step import ROWS_INDEPENDENT
     from lsp_server.kernels import w8a8
     from lsp_server.kernels.fuse import fuse_projections, lean_linears
+    from lsp_server.kernels.gguf import GGUFLinear
     from lsp_server.kernels.lm_head import flatten_head_input
     from lsp_server.kernels.packed import pack_linears
 
@@ -115,7 +156,12 @@ def ready_for_lean_steps(model: Any, role: str, lean_steps: bool, progress: Call
         progress(f"{role}: bf16 layers packed for oneDNN (faster CPU steps)")
     flatten_head_input(model)  # after quantization, which may replace the head
     layers = lean_linears(model)
-    if layers and all(isinstance(layer, w8a8.W8A8Linear) for _, layer in layers):
+    if layers and all(isinstance(layer, GGUFLinear) for _, layer in layers):
+        # The native kernels compute every row by the same instructions whatever the row count
+        # (tests/kernels): a verify computes what single steps compute.
+        setattr(model, ROWS_INDEPENDENT, True)
+        progress(f"{role}: {len(layers)} native layers (rows independent: verifies are exact)")
+    elif layers and all(isinstance(layer, w8a8.W8A8Linear) for _, layer in layers):
         # Checked layer by layer: close to the dequantized product, rows independent. The
         # first call also builds zentorch's cached copy of each weight, now and not in
         # the first completion.
@@ -170,6 +216,30 @@ def describe_costs(costs: Any) -> str:
     return f"target feed ms by rows {{{rows}}}, draft step {costs.draft * 1e3:.1f} ms"
 
 
+def resolved_quants(m: Any) -> dict[str, str]:
+    """What model.quant / model.draftQuant mean here, decided before loading: a GGUF model
+    is built from its file rather than loaded and then converted. Refuses `gguf` where it
+    cannot run, with a way out."""
+    from lsp_server.kernels import native
+    from lsp_server.models.loader import resolve_dtype_device, resolve_source
+
+    dtype, device = resolve_dtype_device(m.dtype, m.device)
+    quants = {}
+    for role, spec, tag in (("target", m.target, m.quant), ("draft", m.draft, m.draftQuant)):
+        has_gguf = resolve_source(spec, m.cacheDir or None).gguf is not None
+        quants[role] = resolve_quant(tag, role, device.type, dtype, has_gguf)
+        if quants[role] == NATIVE_QUANT:
+            if device.type != "cpu":
+                raise ValueError(f"model quantization gguf runs on the CPU only; set model.device to cpu "
+                                 f"or the {role}'s quantization to auto")
+            if not native.available():
+                raise ValueError(f"the native kernels are not available ({native.why_unavailable()}); "
+                                 f"set the {role}'s quantization (model.quant / model.draftQuant) to auto")
+            if not has_gguf:
+                raise ValueError(f"{spec} has no GGUF file for the native kernels; set its quantization to auto")
+    return quants
+
+
 def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     from lsp_server.context.prompt import FimTokens
     from lsp_server.engine.costs import best_k
@@ -180,12 +250,15 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     for line in kernel_lines():
         progress(line)
     progress(f"loading {m.target} (target) and {m.draft} (draft)")
-    pair = load_pair(m.target, m.draft, dtype=m.dtype, device=m.device,
-                     cache_dir=m.cacheDir or None)
+    quants = resolved_quants(m)
+    pair = load_pair(m.target, m.draft, dtype=m.dtype, device=m.device, cache_dir=m.cacheDir or None,
+                     native=(quants["target"] == NATIVE_QUANT, quants["draft"] == NATIVE_QUANT))
+    native_models = all(q == NATIVE_QUANT for q in quants.values())
+    if native_models:
+        apply_threads(True, m.threads)  # before the warm-up and the timed round costs
     options = EngineOptions()
-    for role, model, quant in (("target", pair.target, m.quant), ("draft", pair.draft, m.draftQuant)):
-        quant = resolve_quant(quant, role, pair.device.type, pair.dtype)
-        _prepare(model, role, quant, getattr(pair.info, role).source, m.cacheDir or None, options, progress)
+    for role, model in (("target", pair.target), ("draft", pair.draft)):
+        _prepare(model, role, quants[role], getattr(pair.info, role).source, m.cacheDir or None, options, progress)
     special = pair.special_tokens
     missing = [t for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>") if t not in special]
     if missing:
@@ -218,14 +291,15 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
         else:
             progress(f"round costs not measured cleanly (busy CPU? {describe_costs(costs)}); "
                      "the syntax policy's k bounds apply as they are")
-    released = release_weight_pages(m.cacheDir or None)
+    # Native models read their GGUF maps every step: those pages stay.
+    released = 0 if native_models else release_weight_pages(m.cacheDir or None)
     if released:
         progress(f"weight file pages handed back after load: {released / 1e9:.2f} GB of maps "
                  "(read again from the file if ever needed)")
     lines = pair.info.lines()
     for line in lines:
         progress(line)
-    return Runtime(engine, encode, fim, lines, repo_tokens(tokenizer))
+    return Runtime(engine, encode, fim, lines, repo_tokens(tokenizer), native=native_models)
 
 
 def release_weight_pages(cache_dir: str | None) -> int:

@@ -15,8 +15,12 @@ def machine_info() -> dict[str, Any]:
     import psutil
     import torch
 
+    from lsp_server.kernels import cpu, native
+
     return {
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpu": cpu.describe(),  # the model and the ISA flags the kernels use
+        "kernel_variant": native.variant() if native.available() else f"none ({native.why_unavailable()})",
         "python": platform.python_version(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 import torch
 from torch.nn import functional as F
 
+from ..kernels.gguf import GGUFLinear
 from ..kernels.quantize import Int4Linear
 from ..kernels.w8a8 import W8A8Linear
 
@@ -77,11 +78,15 @@ class DraftHead:
 def draft_head(model: torch.nn.Module, common: int = DEFAULT_COMMON) -> DraftHead | None:
     """A pruned head for `model`, or None where it would not pay or cannot be built: the
     head must be quantized so that a prefix of its rows is itself a valid layer (torch's
-    int4 kernel: whole blocks of packed rows; W8A8: plain int8 rows), and the rows for the
+    int4 kernel: whole blocks of packed rows; W8A8: plain int8 rows; GGUF blocks), and the rows for the
     prompt's rarer ids must be at hand densely: the bf16 weights kept for prefills, tied
     input embeddings, or (W8A8) the int8 rows times their scales."""
     head = model.get_output_embeddings()
     vocab = getattr(head, "out_features", 0)
+    if isinstance(head, GGUFLinear):  # GGUF rows are whole blocks: a prefix is a layer (a view)
+        if head.bias is not None or not 0 < common < vocab:
+            return None
+        return DraftHead(head.rows(0, common), head.dequantized_rows, vocab)
     if isinstance(head, Int4Linear):
         common = common // _ROW_BLOCK * _ROW_BLOCK
     if not isinstance(head, (Int4Linear, W8A8Linear)) or head.bias is not None or not 0 < common < vocab:

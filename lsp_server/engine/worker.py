@@ -220,6 +220,11 @@ class EngineWorker:
         wanted = self._threads
         if wanted == self._applied_threads:
             return
+        apply = getattr(self.engine, "apply_threads", None)  # a loaded runtime knows its kernels
+        if apply is not None:
+            self.threads_in_use = apply(wanted)
+            self._applied_threads = wanted
+            return
         import torch
 
         if self._default_threads is None:

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from . import packed
+from .gguf import GGUFLinear, fuse_rows
 from .quantize import Int4Linear
 from . import w8a8
 from .w8a8 import W8A8Linear
@@ -128,6 +129,9 @@ def fuse(parts: list[nn.Module], pack_bf16: bool = False) -> Fused | None:
     kinds, group sizes or biases, bf16 layers unless `pack_bf16` asks for a oneDNN-packed
     fused copy, or a fused layer that would not compute the same numbers)."""
     kinds = {type(p) for p in parts}
+    if kinds == {GGUFLinear}:
+        module = fuse_rows(parts)
+        return Fused(module, tuple(p.out_features for p in parts), float("inf")) if module else None
     if kinds not in ({Int4Linear}, {W8A8Linear}, {nn.Linear}):
         return None
     if len({p.in_features for p in parts}) != 1 or len({p.bias is None for p in parts}) != 1:

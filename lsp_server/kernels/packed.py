@@ -29,6 +29,8 @@ are unchanged).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -57,10 +59,23 @@ class PackedLinear:
         return self.raw(torch.cat([x, x.new_zeros(to - x.shape[0], x.shape[1])]))[: x.shape[0]]
 
 
+@lru_cache(maxsize=1)
+def unavailable_reason() -> str | None:
+    """None where oneDNN's packed bf16 linear runs here; else why not (it needs AVX-512 BW/VL/DQ
+    or AVX-NE-CONVERT: on an AVX2-only CPU the reorder raises)."""
+    if not torch.backends.mkldnn.is_available():
+        return "torch build without oneDNN"
+    try:
+        torch.ops.mkldnn._reorder_linear_weight(torch.zeros(16, 16, dtype=torch.bfloat16))
+    except RuntimeError as err:
+        return f"oneDNN's packed bf16 linear does not run on this CPU ({str(err).splitlines()[0][:160]})"
+    return None
+
+
 def packable(module: nn.Module) -> bool:
-    """A plain bf16 nn.Linear on the CPU, where oneDNN exists in this torch build."""
+    """A plain bf16 nn.Linear on the CPU, where oneDNN's packed bf16 path runs here."""
     return (type(module) is nn.Linear and module.weight.dtype == torch.bfloat16
-            and module.weight.device.type == "cpu" and torch.backends.mkldnn.is_available()
+            and module.weight.device.type == "cpu" and unavailable_reason() is None
             and (module.bias is None or module.bias.dtype == torch.bfloat16))
 
 

@@ -36,6 +36,7 @@ from functools import lru_cache
 import torch
 from torch import nn
 
+from . import cpu
 from .quant_fit import quantize_int8
 
 # A layer's int8 product must be this close to the product with its dequantized weight.
@@ -57,6 +58,10 @@ def status() -> KernelStatus:
     """Whether zentorch's W8A8 kernel can run here, and why (not)."""
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         return KernelStatus(False, f"zentorch has no build for {platform.system()} {platform.machine()}")
+    if "avx512_vnni" not in cpu.flags():
+        # Never imported or probed there: its int8 GEMMs return garbage and print libdlp
+        # lines to stderr (the editor's output panel) on every call.
+        return KernelStatus(False, f"zentorch's int8 kernel needs AVX512-VNNI, which this CPU lacks ({cpu.describe()})")
     try:
         import zentorch  # noqa: F401  registers torch.ops.zentorch
     except Exception as err:  # ImportError, or a binary that does not load on this CPU

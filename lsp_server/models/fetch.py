@@ -491,6 +491,8 @@ def fetch_model(
             write_marker(paths.marker, marker)
             actions.append("converted")
     gguf: Path | None = paths.gguf(spec)
+    if keep_gguf and gguf.is_file():
+        _index_tensors(gguf)
     if not keep_gguf:
         if gguf.exists():
             gguf.unlink()
@@ -500,6 +502,16 @@ def fetch_model(
             write_marker(paths.marker, marker)
         gguf = None
     return FetchedModel(spec.name, paths.hf, gguf, tuple(actions))
+
+
+def _index_tensors(gguf: Path) -> None:
+    """The tensor table the native kernels load by, written now rather than at first load."""
+    from .gguf_index import tensor_table
+
+    try:
+        tensor_table(gguf)
+    except Exception:  # noqa: BLE001  not a GGUF the reader knows: loading it will say so
+        pass
 
 
 def fetch_default_pair(

@@ -46,6 +46,7 @@ class ModelSource:
     spec: str
     kind: SourceKind
     path: Path  # the HF directory, or the .gguf file
+    gguf: Path | None = None  # the GGUF file the weights can run from (kernels.gguf), if any
 
     @property
     def label(self) -> str:
@@ -109,16 +110,9 @@ class LoadedPair:
 
 def cpu_supports_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU has native bf16 matmuls (AVX512-BF16, AMX, or Arm BF16)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            return False
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            flags.update(value.split())
+    from lsp_server.kernels import cpu
+
+    flags = cpu.flags() if cpuinfo is None else cpu.parse_flags(cpuinfo)
     return bool(flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
@@ -173,14 +167,15 @@ def resolve_source(spec: str, cache_dir: str | os.PathLike[str] | None = None) -
                 f"the files of {spec!r} in {paths.hf} changed or are incomplete since they were fetched; "
                 "run `specfill models fetch` to repair them"
             )
-        return ModelSource(spec, "registry", paths.hf)
+        gguf = paths.gguf(model) if model.gguf_file else None
+        return ModelSource(spec, "registry", paths.hf, gguf if gguf is not None and gguf.is_file() else None)
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"{path} is a directory but has no config.json: not a model directory")
         return ModelSource(spec, "directory", path)
     if path.is_file() and path.suffix == ".gguf":
-        return ModelSource(spec, "gguf", path)
+        return ModelSource(spec, "gguf", path, path)
     known = ", ".join(sorted(MODELS))
     what = "is not a directory or a .gguf file" if path.exists() else "does not exist"
     raise ModelNotFoundError(f"model {spec!r}: not a registered model ({known}), and the path {what}")
@@ -210,13 +205,23 @@ def load_tokenizer(source: ModelSource, trust_remote_code: bool = False) -> "Pre
 
 
 def load_weights(
-    source: ModelSource, dtype: "torch.dtype", device: "torch.device", trust_remote_code: bool = False
+    source: ModelSource, dtype: "torch.dtype", device: "torch.device", trust_remote_code: bool = False,
+    native: bool = False,
 ) -> tuple["PreTrainedModel", ModelInfo]:
+    """The model in `dtype` on `device`; with `native`, straight from its GGUF file's blocks on
+    specfill's own kernels (CPU, fp32 activations; kernels.gguf)."""
     from transformers import AutoModelForCausalLM
 
     start = time.perf_counter()
     try:
-        if source.kind == "gguf":
+        if native:
+            from lsp_server.kernels.gguf import load_gguf_model
+
+            if source.gguf is None:
+                raise ModelError(f"{source.label} has no GGUF file to run the native kernels on; "
+                                 "set model.quant to auto or bf16")
+            model = load_gguf_model(source.path if source.kind != "gguf" else None, source.gguf)
+        elif source.kind == "gguf":
             # Dequantizes every tensor (~40 s for 1.5B); `specfill models fetch` converts once instead.
             model = AutoModelForCausalLM.from_pretrained(
                 str(source.path.parent), gguf_file=source.path.name, dtype=dtype
@@ -228,22 +233,26 @@ def load_weights(
                 use_safetensors=True,
             )
     except Exception as exc:  # safetensors, json and torch each raise their own types
-        if isinstance(exc, (MemoryError, KeyboardInterrupt)):
+        if isinstance(exc, (MemoryError, KeyboardInterrupt, ModelError)):
             raise
         raise _load_error(source, exc) from exc
-    model.to(device)
+    if not native:
+        model.to(device)
     model.eval()
     if device.type == "cpu":
         from lsp_server.kernels.attention import use_packed_gqa  # torch: only when loading
 
         use_packed_gqa(model)  # decode steps and verifies without the CPU's slow GQA paths
     model.requires_grad_(False)  # no autograd bookkeeping even where grad mode is left on
+    from lsp_server.kernels.gguf import block_weights  # torch: only when loading
+
     params = list(model.parameters())
+    in_blocks, block_bytes = block_weights(model)  # weights left in GGUF blocks (native)
     info = ModelInfo(
         source=source,
-        parameters=sum(p.numel() for p in params),
-        parameter_bytes=sum(p.numel() * p.element_size() for p in params),
-        vocab_size=model.get_output_embeddings().weight.shape[0],
+        parameters=sum(p.numel() for p in params) + in_blocks,
+        parameter_bytes=sum(p.numel() * p.element_size() for p in params) + block_bytes,
+        vocab_size=model.get_output_embeddings().out_features,
         load_seconds=time.perf_counter() - start,
     )
     return model, info
@@ -326,8 +335,10 @@ def load_pair(
     device: "str | torch.device" = "auto",
     cache_dir: str | os.PathLike[str] | None = None,
     trust_remote_code: bool = False,
+    native: tuple[bool, bool] = (False, False),
 ) -> LoadedPair:
-    """Resolve both, check the tokenizers agree, then load the weights (target first)."""
+    """Resolve both, check the tokenizers agree, then load the weights (target first);
+    `native`: (target, draft) run from their GGUF files on specfill's kernels."""
     target_source = resolve_source(target_spec, cache_dir)
     draft_source = resolve_source(draft_spec, cache_dir)
     resolved_dtype, resolved_device = resolve_dtype_device(dtype, device)
@@ -339,7 +350,9 @@ def load_pair(
         draft_tokenizer = load_tokenizer(draft_source, trust_remote_code)
         check_tokenizers_agree(tokenizer, draft_tokenizer, target_source.label, draft_source.label)
         del draft_tokenizer
-    target, target_info = load_weights(target_source, resolved_dtype, resolved_device, trust_remote_code)
-    draft, draft_info = load_weights(draft_source, resolved_dtype, resolved_device, trust_remote_code)
+    target, target_info = load_weights(target_source, resolved_dtype, resolved_device, trust_remote_code, native[0])
+    draft, draft_info = load_weights(draft_source, resolved_dtype, resolved_device, trust_remote_code, native[1])
+    if native[0]:
+        resolved_dtype = next(target.parameters()).dtype  # fp32: the native model's float type
     info = PairInfo(target_info, draft_info, rss_bytes=psutil.Process().memory_info().rss)
     return LoadedPair(target, draft, tokenizer, resolved_dtype, resolved_device, info, special_token_ids(tokenizer))

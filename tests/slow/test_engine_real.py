@@ -16,7 +16,7 @@ from lsp_server.config import Config, ModelConfig
 from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 from lsp_server.engine.cache import LeanSlot
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
-from lsp_server.kernels.packed import ATTR
+from lsp_server.kernels.packed import ATTR, unavailable_reason
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +29,11 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def runtime(real_cache):
-    # The bf16 target (the CPU default is int4-g32, tested with w8a8 in test_quantized_target_real.py).
-    return load_runtime(Config(model=ModelConfig(quant="bf16")), lambda _: None)
+    # The bf16 target where oneDNN's packed bf16 path runs (an AVX-512 CPU; the quantized
+    # defaults are test_quantized_target_real.py's); elsewhere the CPU default (the native
+    # kernels on the GGUF files), as fp32 weights there take minutes to load and decode.
+    quant = "bf16" if unavailable_reason() is None else "auto"
+    return load_runtime(Config(model=ModelConfig(quant=quant, draftQuant=quant)), lambda _: None)
 
 
 def generate(runtime, ids, policy):
@@ -39,7 +42,10 @@ def generate(runtime, ids, policy):
 
 
 @pytest.mark.parametrize("prefix,suffix", PROMPTS)
-def test_greedy_speculation_matches_the_target_up_to_bf16_near_ties(runtime, prefix, suffix):
+def test_greedy_speculation_matches_the_target_up_to_bf16_near_ties(runtime, prefix, suffix, monkeypatch):
+    # Where the measured round costs say drafting does not pay (an AVX2-only CPU), the adaptive
+    # controller would draft nothing: losslessness is checked whatever the cost model says.
+    monkeypatch.setattr(runtime.engine, "costs", None)
     ids = build_fim_prompt(prefix, suffix, runtime.encode, runtime.fim, ContextBudget(), "psm").ids
     base = DraftPolicy(context="test", k_init=4, k_max=8, max_new_tokens=40, stop=StopRule("none"),
                        draft_p_min=0.4, mode="adaptive", prompt_lookup=True)
@@ -64,6 +70,7 @@ def test_a_fim_completion_of_a_function_body_is_code(runtime):
     assert "a + b" in final.text or "b + a" in final.text
 
 
+@pytest.mark.skipif(unavailable_reason() is not None, reason=str(unavailable_reason()))
 def test_the_targets_packed_bf16_layers_compute_the_same_logits_as_its_own_weights(runtime, monkeypatch):
     target = runtime.engine.target
     packed = [(m, a, getattr(m, a)) for m in target.modules()

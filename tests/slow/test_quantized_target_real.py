@@ -15,7 +15,10 @@ from lsp_server.config import Config, ModelConfig
 from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 from lsp_server.engine.lean_step import rows_independent
 from lsp_server.engine.types import DraftPolicy, StopRule
+from lsp_server.kernels import native
+from lsp_server.kernels.gguf import GGUFLinear
 from lsp_server.kernels.quantize import Int4Linear
+from lsp_server.models.loader import cpu_supports_bf16
 from lsp_server.kernels.w8a8 import W8A8Linear, w8a8_available
 from tests.slow.test_engine_real import PROMPTS, generate
 
@@ -24,14 +27,20 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module", params=[
     pytest.param("w8a8", marks=pytest.mark.skipif(not w8a8_available(), reason="no zentorch kernel here")),
-    "int4-g32"])
+    pytest.param("gguf", marks=pytest.mark.skipif(not native.available(), reason=native.why_unavailable())),
+    pytest.param("int4-g32", marks=pytest.mark.skipif(
+        not cpu_supports_bf16(), reason="torch's int4 kernel needs bf16 activations, emulated (minutes) on this CPU"))])
 def runtime(real_cache, request):
     return load_runtime(Config(model=ModelConfig(quant=request.param, draftQuant=request.param)), lambda _: None)
 
 
 def test_the_quantized_layers_are_what_the_mode_says(runtime):
     target = runtime.engine.target
-    if target.quant_config.mode == "w8a8":
+    native_layers = [m for m in target.modules() if isinstance(m, GGUFLinear)]
+    if native_layers:
+        assert len(native_layers) == 7 * 28 + 1 and rows_independent(target)
+        assert {m.type_id for m in native_layers} == {12, 14}  # Q4_K and Q6_K, as in the file
+    elif target.quant_config.mode == "w8a8":
         w8a8 = [m for m in target.modules() if isinstance(m, W8A8Linear)]
         assert len(w8a8) == 7 * 28 + 1  # q, k, v, o, gate, up, down per layer, and the head
         assert rows_independent(target) and not [m for m in target.modules() if isinstance(m, Int4Linear)]

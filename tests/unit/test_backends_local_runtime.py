@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 from tokenizers import AddedToken
 
-from lsp_server.backends.local_runtime import CPU_AUTO_QUANT, resolve_quant, special_token_ids
+from lsp_server.backends.local_runtime import CPU_AUTO_QUANT, CPU_FALLBACK_QUANT, resolve_quant, special_token_ids
 
 
 def test_every_special_added_token_stops_generation_but_ordinary_added_tokens_do_not() -> None:
@@ -26,7 +26,10 @@ def test_every_special_added_token_stops_generation_but_ordinary_added_tokens_do
 def test_auto_quantization_follows_the_device(role: str) -> None:
     import torch
 
-    assert resolve_quant("auto", role, "cpu", torch.bfloat16) == CPU_AUTO_QUANT[role]
+    from lsp_server.kernels.w8a8 import w8a8_available
+
+    expected = CPU_AUTO_QUANT[role] if w8a8_available() else CPU_FALLBACK_QUANT[role]
+    assert resolve_quant("auto", role, "cpu", torch.bfloat16) == expected
     assert resolve_quant("auto", role, "cuda", torch.bfloat16) == "bf16"
     assert resolve_quant("auto", role, "cpu", torch.float32) == "bf16"
     assert resolve_quant("int8", role, "cpu", torch.bfloat16) == "int8"

@@ -28,7 +28,7 @@ def test_nested_settings_apply_over_the_base():
     ({"temperature": 9.0}, "temperature must be between"),
     ({"speculation": {"mode": "turbo"}}, "speculation.mode must be one of"),
     ({"model": {"device": "tpu"}}, "model.device must be auto, cpu or cuda"),
-    ({"model": {"quant": "int3"}}, "model.quant must be auto, bf16, int8"),
+    ({"model": {"quant": "int3"}}, "model.quant must be auto, gguf, bf16, int8"),
     ({"maxNewTokens": True}, "maxNewTokens must be a int"),
     ({"model": "big"}, "model must be an object"),
     ({"colour": "blue"}, "unknown setting 'colour'"),

@@ -15,7 +15,10 @@ from lsp_server.kernels.packed import ATTR, PackedLinear, linear, pack, pack_lin
 from lsp_server.kernels.quantize import Int4Linear
 from tests.tiny_models import assert_same_logits_feed_after_feed, qwen2_for_fusing
 
-pytestmark = pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch build without oneDNN")
+# The packed path needs oneDNN's bf16 kernels (AVX-512 BW/VL/DQ or AVX-NE-CONVERT): on an
+# AVX2-only CPU nothing is packed, which the tests that need no packing still check.
+needs_packing = pytest.mark.skipif(packed_module.unavailable_reason() is not None,
+                                   reason=str(packed_module.unavailable_reason()))
 
 
 @pytest.fixture
@@ -32,6 +35,7 @@ def bf16_linear(n: int, k: int, bias: bool, seed: int = 0) -> nn.Linear:
     return layer.to(torch.bfloat16)
 
 
+@needs_packing
 @pytest.mark.parametrize("bias", [False, True])
 def test_packed_output_is_f_linear_bit_for_bit(bias, unpadded):
     layer = bf16_linear(192, 128, bias)
@@ -44,6 +48,7 @@ def test_packed_output_is_f_linear_bit_for_bit(bias, unpadded):
         assert torch.equal(linear(layer, x[0]), layer(x[0]))  # no packed form yet: the layer
 
 
+@needs_packing
 @pytest.mark.parametrize("bias", [False, True])
 def test_calls_of_1_to_3_rows_run_as_padded_4_row_calls(bias):
     assert packed_module.PAD_TO == {1: 4, 2: 4, 3: 4}
@@ -61,6 +66,7 @@ def test_calls_of_1_to_3_rows_run_as_padded_4_row_calls(bias):
             assert torch.equal(packed(x[:rows]), F.linear(x[:rows], layer.weight, layer.bias))
 
 
+@needs_packing
 def test_pack_linears_packs_bf16_linears_only_and_leaves_state_dicts_alone():
     model = qwen2_for_fusing(1, torch.bfloat16)
     keys = set(model.state_dict())
@@ -80,6 +86,7 @@ def test_a_weight_packing_would_change_is_left_unpacked(monkeypatch):
     assert pack(layer.weight, None) is None
 
 
+@needs_packing
 @pytest.mark.parametrize("widths,bias", [((128, 64, 64), True), ((256, 256), False)], ids=["qkv", "gate-up"])
 def test_bf16_layers_fuse_into_one_packed_copy(widths, bias, unpadded):
     parts = [bf16_linear(n, 128, bias, seed=i) for i, n in enumerate(widths)]
@@ -99,6 +106,7 @@ def test_bf16_layers_fuse_only_when_asked_to_pack():
     assert fuse([parts[0], parts[1].float()], pack_bf16=True) is None  # not all bf16
 
 
+@needs_packing
 def test_lean_steps_on_packed_layers_give_the_same_logits_as_without(unpadded):
     plain, packed = qwen2_for_fusing(5, torch.bfloat16), qwen2_for_fusing(5, torch.bfloat16)
     assert fuse_projections(packed, pack_bf16=True) == 4  # q/k/v and gate/up in each of 2 layers
@@ -107,3 +115,10 @@ def test_lean_steps_on_packed_layers_give_the_same_logits_as_without(unpadded):
     # transformers' forward still runs the layers' own weights: the same numbers too
     assert_same_logits_feed_after_feed(plain, packed)
 
+
+
+def test_where_onednn_cannot_pack_bf16_nothing_is_packed(monkeypatch):
+    monkeypatch.setattr(packed_module, "unavailable_reason", lambda: "this CPU lacks AVX-512")
+    model = qwen2_for_fusing(1, torch.bfloat16)
+    assert pack_linears(model) == 0
+    assert all(packed_form(m) is None for m in model.modules())

@@ -1,0 +1,122 @@
+"""Speed of the native kernels (lsp_server/kernels/native) over a 1.5B Qwen2 target's matrices.
+
+    python -m lsp_server.bench.kernel_speed [--rows 1,2,3,5,9,13,16] [--passes 5] [--variants avx2]
+
+Distinct random Q4_K weights shaped like the target's 28 layers (fused qkv [2048, 1536],
+o [1536, 1536], fused gate/up [17920, 1536], down [1536, 8960]) plus a Q6_K head
+[151936, 1536]: ~0.93 GB, far beyond any cache, so every pass streams the weights from DRAM
+as a decode step does. Times whole passes (median of --passes after one warm-up) for each
+row count M and each variant, and prints ms per pass and the ratio to M = 1. The scalar
+reference is ~40x slower than AVX2, so by default it runs M = 1 only (--scalar-rows)."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from lsp_server.kernels import native
+
+Q4_K, Q6_K = 12, 14
+LAYERS = 28
+LAYER_SHAPES = (("qkv", 2048, 1536), ("o", 1536, 1536), ("gate_up", 17920, 1536), ("down", 1536, 8960))
+HEAD_SHAPE = ("head", 151936, 1536)
+FP16_FIELDS = {Q4_K: (0, 2), Q6_K: (208,)}  # byte offsets of d (and dmin) in a block
+BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
+
+
+@dataclass
+class Matrix:
+    name: str
+    type_id: int
+    N: int
+    K: int
+    weight: torch.Tensor  # [N, row_bytes] uint8
+
+
+def random_matrix(name: str, type_id: int, N: int, K: int, rng: np.random.Generator) -> Matrix:
+    """Random blocks with realistic fp16 scales (speed does not depend on the values)."""
+    blocks = rng.integers(0, 256, size=(N * K // 256, BLOCK_BYTES[type_id]), dtype=np.uint8)
+    for offset in FP16_FIELDS[type_id]:
+        halves = (np.abs(rng.standard_normal(len(blocks))) * 1e-3).astype(np.float16)
+        blocks[:, offset:offset + 2] = halves.view(np.uint8).reshape(-1, 2)
+    return Matrix(name, type_id, N, K, torch.from_numpy(blocks.reshape(N, -1)))
+
+
+def build_model(seed: int = 0) -> list[Matrix]:
+    rng = np.random.default_rng(seed)
+    mats = [random_matrix(f"{name}.{layer}", Q4_K, N, K, rng)
+            for layer in range(LAYERS) for name, N, K in LAYER_SHAPES]
+    mats.append(random_matrix(HEAD_SHAPE[0], Q6_K, HEAD_SHAPE[1], HEAD_SHAPE[2], rng))
+    return mats
+
+
+def time_passes(mats: list[Matrix], M: int, passes: int) -> float:
+    """Median ms of a pass over every matrix with M activation rows."""
+    xs = {K: torch.randn(M, K) for K in {m.K for m in mats}}  # [M, K]
+    outs = [torch.empty(M, m.N) for m in mats]  # [M, N]
+    times = []
+    for i in range(passes + 1):  # the first is a warm-up
+        start = time.perf_counter()
+        for mat, out in zip(mats, outs):
+            native.matmul(mat.type_id, mat.weight, xs[mat.K], out=out)
+        if i:
+            times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def cpu_description() -> tuple[str, str]:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return model, " ".join(native.cpu_flags())
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="1,2,3,5,9,13,16", help="activation row counts M")
+    parser.add_argument("--scalar-rows", default="1", help="row counts for the (slow) scalar reference")
+    parser.add_argument("--passes", type=int, default=5, help="timed passes per M (median)")
+    parser.add_argument("--variants", default="", help="comma-separated; default: all this CPU runs")
+    parser.add_argument("--threads", type=int, default=0, help="0 = the CPUs of the affinity mask")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if not native.available():
+        print(native.why_unavailable())
+        return 1
+    native.set_threads(args.threads)
+    model, flags = cpu_description()
+    variants = args.variants.split(",") if args.variants else native.variants_supported()[::-1]
+    print(f"CPU: {model}\nSIMD flags: {flags}\nthreads: {native.threads()}")
+    start = time.perf_counter()
+    mats = build_model()
+    total = sum(m.weight.numel() for m in mats)
+    print(f"{len(mats)} matrices, {total / 1e9:.2f} GB of weights (built in {time.perf_counter() - start:.0f} s)\n")
+    print(f"{'variant':<8} {'M':>3} {'ms/pass':>9} {'x M=1':>7} {'GB/s':>6}")
+    for variant in variants:
+        native.set_variant(variant)
+        rows = [int(r) for r in (args.scalar_rows if variant == "scalar" else args.rows).split(",")]
+        passes = 1 if variant == "scalar" else args.passes
+        base = None
+        for M in rows:
+            ms = time_passes(mats, M, passes)
+            base = base or ms
+            print(f"{variant:<8} {M:>3} {ms:>9.1f} {ms / base:>7.2f} {total / ms / 1e6:>6.1f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

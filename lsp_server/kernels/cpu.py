@@ -1,0 +1,48 @@
+"""What this CPU is and can run, read once from /proc/cpuinfo: its model name for every
+figure we report, and its ISA flags for picking kernels (no torch, no probing by running
+instructions the CPU may lack)."""
+
+from __future__ import annotations
+
+import platform
+from functools import lru_cache
+from pathlib import Path
+
+# The flags that decide which kernels can run, in the order we name them.
+KERNEL_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                "amx_bf16", "asimd", "asimddp")
+
+
+def parse_flags(cpuinfo: str) -> frozenset[str]:
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(value.split())
+    return frozenset(flags)
+
+
+@lru_cache(maxsize=1)
+def _cpuinfo() -> str:
+    try:
+        return Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+
+
+def flags() -> frozenset[str]:
+    return parse_flags(_cpuinfo())
+
+
+def model_name() -> str:
+    for line in _cpuinfo().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("model name", "Model name", "Hardware"):
+            return value.strip()
+    return platform.processor() or platform.machine()
+
+
+def describe() -> str:
+    """'AMD EPYC (x86_64: avx2 fma f16c)': the CPU and the kernel-relevant flags it has."""
+    have = [f for f in KERNEL_FLAGS if f in flags()]
+    return f"{model_name()} ({platform.machine()}: {' '.join(have) or 'no SIMD flags we use'})"

@@ -1,0 +1,226 @@
+"""The native kernel library (specfill_kernels.h) through ctypes: y [M, N] = x [M, K] . W^T
+with W in GGUF quantized blocks (Q8_0, Q5_0, Q4_K, Q6_K), rows independent and every
+variant bit-identical to the scalar reference.
+
+Built by `pip install -e .` (setup.py) as `_native*.so` beside this file. Importing this
+module does not import torch. SPECFILL_KERNEL=scalar|avx2|avx512|neon|auto picks the variant
+at start-up; one this CPU cannot run is refused with a warning and the best one is used."""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.machinery
+import logging
+import os
+import platform
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
+log = logging.getLogger(__name__)
+
+VARIANTS = ("scalar", "avx2", "avx512", "neon")
+# what each variant needs, as /proc/cpuinfo names it (the C side checks the same)
+NEEDS = {"scalar": (), "avx2": ("avx2", "fma", "f16c"), "avx512": ("avx512f", "avx512bw", "avx512vl"),
+         "neon": ("asimd",)}
+TYPES = {6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # ggml type id -> name
+_ERRORS = {-1: "unsupported type", -2: "bad shape", -3: "NULL pointer", -4: "out of memory"}
+_SIMD_FLAG_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "asimd", "neon", "sve", "fphp", "amx")
+
+
+def _library_path() -> Path | None:
+    here = Path(__file__).resolve().parent
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        if (path := here / f"_native{suffix}").exists():
+            return path
+    return None
+
+
+def _load() -> tuple[ctypes.CDLL | None, str]:
+    path = _library_path()
+    if path is None:
+        return None, ("the native kernels are not built (no _native*.so in lsp_server/kernels/native): "
+                      "run `make setup` or `pip install -e .` with a C compiler installed")
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        return None, f"the native kernels at {path} do not load: {exc}"
+    c_int, c_i64, c_size, vp = ctypes.c_int, ctypes.c_int64, ctypes.c_size_t, ctypes.c_void_p
+    signatures = {
+        "sf_variant_supported": (c_int, [c_int]), "sf_variant_best": (c_int, []),
+        "sf_set_variant": (c_int, [c_int]), "sf_get_variant": (c_int, []),
+        "sf_set_threads": (None, [c_int]), "sf_get_threads": (c_int, []),
+        "sf_type_supported": (c_int, [c_int]), "sf_block_values": (c_i64, [c_int]),
+        "sf_row_bytes": (c_size, [c_int, c_i64]), "sf_act_row_bytes": (c_size, [c_int, c_i64]),
+        "sf_matmul": (c_int, [c_int, vp, c_i64, c_i64, vp, c_i64, vp]),
+        "sf_dequantize_rows": (c_int, [c_int, vp, c_i64, c_i64, vp]),
+        "sf_quantize_acts": (c_int, [c_int, vp, c_i64, c_i64, vp]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = restype, argtypes
+    return lib, ""
+
+
+_lib, _why = _load()
+
+
+def available() -> bool:
+    return _lib is not None
+
+
+def why_unavailable() -> str:
+    """Empty when available(); else what is missing and what to do."""
+    return _why
+
+
+def _need_lib() -> ctypes.CDLL:
+    if _lib is None:
+        raise RuntimeError(_why)
+    return _lib
+
+
+def cpu_flags() -> list[str]:
+    """This CPU's SIMD flags as /proc/cpuinfo lists them (empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return sorted(f for f in value.split() if f.startswith(_SIMD_FLAG_PREFIXES))
+    return []
+
+
+def variants_supported() -> list[str]:
+    lib = _need_lib()
+    return [name for i, name in enumerate(VARIANTS) if lib.sf_variant_supported(i)]
+
+
+def set_variant(name: str) -> None:
+    """Use variant `name` ("auto": the best this CPU runs); ValueError if the CPU lacks it."""
+    lib = _need_lib()
+    index = lib.sf_variant_best() if name == "auto" else VARIANTS.index(name) if name in VARIANTS else -1
+    if index < 0:
+        raise ValueError(f"unknown kernel variant {name!r}: choose one of {', '.join(VARIANTS)} or auto")
+    if lib.sf_set_variant(index) != 0:
+        have = " ".join(cpu_flags()) or "none listed"
+        raise ValueError(
+            f"this CPU ({platform.machine()}) cannot run the {name} kernels: they need "
+            f"{', '.join(NEEDS[name])}, and its SIMD flags are: {have}. "
+            f"Use one of {', '.join(variants_supported())} (or unset SPECFILL_KERNEL).")
+
+
+def variant() -> str:
+    return VARIANTS[_need_lib().sf_get_variant()]
+
+
+def set_threads(n: int) -> None:
+    """Threads per call, the caller's included; 0 = the CPUs this process may run on."""
+    if not isinstance(n, int) or n < 0:
+        raise ValueError(f"threads must be an int >= 0 (0 = all CPUs of the affinity mask), not {n!r}")
+    _need_lib().sf_set_threads(n)
+
+
+def threads() -> int:
+    return _need_lib().sf_get_threads()
+
+
+def row_bytes(type_id: int, K: int) -> int:
+    """Bytes of one weight row of K values; ValueError if K is not a multiple of the block."""
+    lib = _need_lib()
+    _check_type(lib, type_id)
+    size = lib.sf_row_bytes(type_id, K)
+    if size == 0:
+        raise ValueError(f"K = {K} is not a positive multiple of the {TYPES[type_id]} block "
+                         f"({lib.sf_block_values(type_id)} values)")
+    return size
+
+
+def _check_type(lib: ctypes.CDLL, type_id: int) -> None:
+    if not lib.sf_type_supported(type_id):
+        raise ValueError(f"ggml type {type_id} is not supported by the native kernels; "
+                         f"supported: {', '.join(f'{t} ({n})' for t, n in sorted(TYPES.items()))}")
+
+
+def _check_tensor(name: str, t: "torch.Tensor", dtype: "torch.dtype", ndim: int) -> None:
+    if t.dtype != dtype or t.dim() != ndim or t.device.type != "cpu" or not t.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous {ndim}-D {dtype} CPU tensor, "
+                         f"got {t.dtype} {tuple(t.shape)} on {t.device}"
+                         f"{'' if t.is_contiguous() else ' (not contiguous)'}")
+
+
+def _check_weight(type_id: int, weight: "torch.Tensor", K: int) -> int:
+    import torch
+
+    _check_tensor("weight", weight, torch.uint8, 2)
+    size = row_bytes(type_id, K)
+    if weight.shape[1] != size:
+        raise ValueError(f"weight rows are {weight.shape[1]} bytes, but {TYPES[type_id]} rows of "
+                         f"K = {K} values are {size} bytes")
+    return weight.shape[0]
+
+
+def _raise_on(rc: int, what: str) -> None:
+    if rc != 0:
+        raise RuntimeError(f"{what} failed in the native kernels: {_ERRORS.get(rc, rc)}")
+
+
+def matmul(type_id: int, weight: "torch.Tensor", x: "torch.Tensor",
+           out: "torch.Tensor | None" = None) -> "torch.Tensor":
+    """x [M, K] fp32 . W^T, W = weight [N, row_bytes] uint8 in GGUF blocks -> [M, N] fp32."""
+    import torch
+
+    lib = _need_lib()
+    _check_tensor("x", x, torch.float32, 2)
+    M, K = x.shape
+    N = _check_weight(type_id, weight, K)
+    if out is None:
+        out = torch.empty(M, N, dtype=torch.float32)
+    else:
+        _check_tensor("out", out, torch.float32, 2)
+        if tuple(out.shape) != (M, N):
+            raise ValueError(f"out must be [{M}, {N}], got {tuple(out.shape)}")
+    _raise_on(lib.sf_matmul(type_id, weight.data_ptr(), N, K, x.data_ptr(), M, out.data_ptr()), "matmul")
+    return out  # [M, N]
+
+
+def dequantize(type_id: int, weight: "torch.Tensor", K: int) -> "torch.Tensor":
+    """The reference dequantization of weight [N, row_bytes] -> [N, K] fp32."""
+    import torch
+
+    lib = _need_lib()
+    N = _check_weight(type_id, weight, K)
+    out = torch.empty(N, K, dtype=torch.float32)
+    _raise_on(lib.sf_dequantize_rows(type_id, weight.data_ptr(), N, K, out.data_ptr()), "dequantize")
+    return out  # [N, K]
+
+
+def quantize_activations(type_id: int, x: "torch.Tensor") -> "torch.Tensor":
+    """Test hook: the int8 activation blocks matmul makes of x [M, K] -> [M, act_row_bytes] uint8."""
+    import torch
+
+    lib = _need_lib()
+    _check_tensor("x", x, torch.float32, 2)
+    M, K = x.shape
+    row_bytes(type_id, K)
+    out = torch.empty(M, lib.sf_act_row_bytes(type_id, K), dtype=torch.uint8)
+    _raise_on(lib.sf_quantize_acts(type_id, x.data_ptr(), M, K, out.data_ptr()), "quantize")
+    return out
+
+
+def _apply_env_variant() -> None:
+    """The C side already took SPECFILL_KERNEL if it could; say so when it could not."""
+    wanted = os.environ.get("SPECFILL_KERNEL", "").strip().lower()
+    if _lib is None or wanted in ("", "auto"):
+        return
+    try:
+        set_variant(wanted)
+    except ValueError as exc:
+        log.warning("SPECFILL_KERNEL=%s ignored, using %s: %s", wanted, variant(), exc)
+
+
+_apply_env_variant()

@@ -1,0 +1,180 @@
+/* Block layouts (GGUF / ggml, byte for byte) and the few scalar steps that every variant
+ * shares, so that the float work is literally the same code in the reference and in each
+ * ISA file. Include this header first in every .c file of the library: it switches off
+ * floating-point contraction for the whole translation unit, whatever the flags say
+ * (GCC contracts even _mm256_add_ps(_mm256_mul_ps(..)) into an FMA under fp-contract=fast,
+ * which would make a variant differ from the reference in the last bit). */
+#ifndef SF_BLOCKS_H
+#define SF_BLOCKS_H
+
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SF_QK32 32   /* values per Q8_0 / Q5_0 block */
+#define SF_QKK 256   /* values per K-quant super-block */
+
+/* ---- weight blocks, as stored in a GGUF file. Multi-byte fields are read with memcpy
+ * (sf_u16): a row of 34-byte blocks leaves most blocks at odd addresses. ---- */
+
+typedef struct {
+    uint16_t d;          /* fp16 */
+    int8_t qs[32];       /* w = d * q */
+} sf_block_q8_0;
+
+typedef struct {
+    uint16_t d;          /* fp16 */
+    uint8_t qh[4];       /* bit i (little-endian uint32) = 5th bit of value i */
+    uint8_t qs[16];      /* low nibble = value i, high nibble = value i + 16 */
+} sf_block_q5_0;         /* w = d * ((q | h << 4) - 16) */
+
+typedef struct {
+    uint16_t d;          /* fp16, scale of the 6-bit sub-block scales */
+    uint16_t dmin;       /* fp16, scale of the 6-bit sub-block mins */
+    uint8_t scales[12];  /* 8 scales + 8 mins, 6 bits each (sf_q4k_scales) */
+    uint8_t qs[128];     /* bytes 32g..32g+31: low nibbles = sub-block 2g, high = 2g+1 */
+} sf_block_q4_K;         /* w = d*sc_j*q - dmin*m_j, sub-block j = 32 values */
+
+typedef struct {
+    uint8_t ql[128];     /* low 4 bits: half h, value r: ql[64h + r%64], nibble r/64 */
+    uint8_t qh[64];      /* high 2 bits: qh[32h + r%32], bits 2*(r/32) */
+    int8_t scales[16];   /* one per 16 values */
+    uint16_t d;          /* fp16 */
+} sf_block_q6_K;         /* w = d * scale_i * (q - 32) */
+
+_Static_assert(sizeof(sf_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+_Static_assert(sizeof(sf_block_q5_0) == 22, "Q5_0 block is 22 bytes");
+_Static_assert(sizeof(sf_block_q4_K) == 144, "Q4_K block is 144 bytes");
+_Static_assert(sizeof(sf_block_q6_K) == 210, "Q6_K block is 210 bytes");
+
+/* ---- activation blocks, made by the library from fp32 rows (sf_quantize_acts).
+ * d = amax / 127, q = (int8) nearbyintf(x * (1/d)); see ref.c for the edge cases. ---- */
+
+typedef struct {
+    int8_t qs[256];      /* first, so that it is 32-byte aligned in an aligned row */
+    int16_t bsums[16];   /* sum of each run of 16 qs */
+    float d;
+    uint8_t pad[28];     /* 320 bytes = 5 cache lines */
+} sf_act_k;              /* for Q4_K / Q6_K weights */
+
+typedef struct {
+    float d;
+    int8_t qs[32];
+} sf_act_32;             /* for Q8_0 / Q5_0 weights */
+
+_Static_assert(sizeof(sf_act_k) == 320, "K activation block is 320 bytes");
+_Static_assert(sizeof(sf_act_32) == 36, "32 activation block is 36 bytes");
+
+/* Activation blocks whose amax is below this are all zero (d = 0): 1/d must stay finite. */
+#define SF_ACT_TINY 1e-30f
+
+/* ---- shared scalar steps ---- */
+
+static inline uint16_t sf_u16(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline float sf_bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static inline uint32_t sf_f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+/* IEEE half -> float, exact for every finite value and infinities; a NaN comes back quiet
+ * (as the F16C instruction does). Portable: the reference must not depend on the ISA. */
+static inline float sf_fp16_to_fp32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t exp = (h >> 10) & 0x1fu;
+    const uint32_t man = h & 0x3ffu;
+    if (exp == 0x1f)
+        return sf_bits_f32(sign | 0x7f800000u | (man << 13) | (man ? 0x00400000u : 0));
+    if (exp != 0)
+        return sf_bits_f32(sign | ((exp + 112) << 23) | (man << 13));
+    /* zero or subnormal: man * 2^-24, exact in float */
+    return sf_bits_f32(sign | sf_f32_bits((float)man * 0x1p-24f));
+}
+
+/* The 6-bit scales and mins of a Q4_K super-block (layout as in gguf/quants.py Q4_K). */
+static inline void sf_q4k_scales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+    }
+    for (int j = 4; j < 8; j++) {
+        sc[j] = (uint8_t)((s[j + 4] & 0x0f) | ((s[j - 4] >> 6) << 4));
+        mn[j] = (uint8_t)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+/* Float work of one K-quant super-block; the row's accumulator adds these in k order.
+ * d, dmin: the block's fp16 scales as floats (sf_fp16_to_fp32 or any exact conversion).
+ * sumi = sum_j sc_j * <q_j, x_j>, summ = sum_j m_j * (bsum of sub-block j), both exact. */
+static inline float sf_q4k_term(float d, float dmin, float xd, int32_t sumi, int32_t summ) {
+    const float dall = d * xd;
+    const float dmn = dmin * xd;
+    return dall * (float)sumi - dmn * (float)summ;
+}
+
+/* sumi = sum_i scale_i * <q_i - 32, x_i>, exact. */
+static inline float sf_q6k_term(float d, float xd, int32_t sumi) {
+    return (d * xd) * (float)sumi;
+}
+
+/* Float work of one 32-value block: lane (b % 8) of 8 accumulators adds it. */
+static inline float sf_q32_term(uint16_t d, float xd, int32_t sumi) {
+    return (sf_fp16_to_fp32(d) * xd) * (float)sumi;
+}
+
+/* The fixed reduction of the 8 lanes (the AVX2 code gets it from a 256 -> 128 -> 64 -> 32
+ * fold: lanes i and i+4, then i and i+2, then 0 and 1). */
+static inline float sf_lanes8_sum(const float a[8]) {
+    const float s0 = a[0] + a[4], s1 = a[1] + a[5], s2 = a[2] + a[6], s3 = a[3] + a[7];
+    const float t0 = s0 + s2, t1 = s1 + s3;
+    return t0 + t1;
+}
+
+/* Bytes of quantized activations per row (K a multiple of the activation block). */
+static inline size_t sf_act_bytes_k(int64_t K) { return (size_t)(K / SF_QKK) * sizeof(sf_act_k); }
+static inline size_t sf_act_bytes_32(int64_t K) { return (size_t)(K / SF_QK32) * sizeof(sf_act_32); }
+
+/* ---- what one variant (one ISA file) provides; dispatch.c holds the table ----
+ * quant_*: one fp32 row of K values -> K/256 sf_act_k (or K/32 sf_act_32) blocks.
+ * rows: y[m * ldy + r] = dot(weight row r, activation row m) for r < nrows, m < M, with
+ *   weight row r at w + r * w_row_bytes and activation row m at xq + m * xq_row_bytes.
+ *   A variant may order the loops as it likes, but every y[m, n] must come out of the
+ *   reference's sequence of float operations (the sf_*_term steps above, added in k order),
+ *   so that the value never depends on M, on nrows or on the thread split. */
+typedef void (*sf_quant_fn)(const float *x, int64_t K, void *out);
+typedef void (*sf_rows_fn)(const uint8_t *w, size_t w_row_bytes, int64_t nrows,
+                           const uint8_t *xq, size_t xq_row_bytes, int64_t M, int64_t K,
+                           float *y, int64_t ldy);
+
+struct sf_kernels {
+    const char *name;
+    sf_quant_fn quant_k, quant_32;
+    sf_rows_fn q8_0, q5_0, q4_K, q6_K;
+};
+
+extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */
+#if defined(__x86_64__)
+extern const struct sf_kernels sf_kernels_avx2;     /* avx2.c */
+#endif
+
+/* The reference dequantizer (ref.c); the public sf_dequantize_rows checks and calls it. */
+void sf_ref_dequantize_row(int type, const uint8_t *w, int64_t K, float *out);
+
+#endif /* SF_BLOCKS_H */

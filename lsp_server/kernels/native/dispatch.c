@@ -1,0 +1,394 @@
+/* The variant table, the thread pool and the public entry points of specfill_kernels.h.
+ * Adding an ISA = one file that defines a `struct sf_kernels` (see blocks.h), one entry in
+ * `variants` below and its CPU test in `cpu_runs`. */
+#define _GNU_SOURCE
+#include "blocks.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "specfill_kernels.h"
+
+/* ---- variants ---- */
+
+static const struct sf_kernels *const variants[SF_NVARIANTS] = {
+    [SF_SCALAR] = &sf_kernels_scalar,
+#if defined(__x86_64__)
+    [SF_AVX2] = &sf_kernels_avx2,
+#endif
+};
+
+static const char *const variant_names[SF_NVARIANTS] = {"scalar", "avx2", "avx512", "neon"};
+
+/* What the CPU (and the OS, for the vector state) can run; the compiler's cpu model checks
+ * XCR0 too. Kept out of the ISA files, which are compiled for their ISA. */
+static int cpu_runs(int v) {
+    switch (v) {
+    case SF_SCALAR:
+        return 1;
+#if defined(__x86_64__)
+    case SF_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case SF_AVX512:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
+#endif
+#if defined(__aarch64__)
+    case SF_NEON:
+        return 1;  /* Advanced SIMD is part of AArch64 */
+#endif
+    default:
+        return 0;
+    }
+}
+
+int sf_variant_supported(int v) {
+    return v >= 0 && v < SF_NVARIANTS && variants[v] != NULL && cpu_runs(v);
+}
+
+int sf_variant_best(void) {
+    static const int order[] = {SF_AVX512, SF_AVX2, SF_NEON};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (sf_variant_supported(order[i])) return order[i];
+    return SF_SCALAR;
+}
+
+const char *sf_variant_name(int v) { return v >= 0 && v < SF_NVARIANTS ? variant_names[v] : NULL; }
+
+/* ---- library state ---- */
+
+#define SF_MAX_THREADS 256
+#define SF_ROW_ALIGN 16           /* rows per unit of the N split: y stays in whole cache lines */
+#define SF_MIN_SHARE_VALUES (1 << 18)  /* weights per thread below which fewer threads run */
+#define SF_SPIN_NS 50000          /* how long an idle worker spins before it sleeps */
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static atomic_int current_variant;
+static int default_threads = 1;
+static int want_threads = 1;      /* under call_mu */
+static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;  /* one call at a time */
+static void *scratch;             /* quantized activations, reused across calls; under call_mu */
+static size_t scratch_cap;
+
+static int affinity_cpus(void) {
+#if defined(__linux__)
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        const int n = CPU_COUNT(&set);
+        if (n > 0) return n;
+    }
+#endif
+    const long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void pool_after_fork_child(void);
+static void lock_for_fork(void) { pthread_mutex_lock(&call_mu); }
+static void unlock_after_fork(void) { pthread_mutex_unlock(&call_mu); }
+static void child_after_fork(void) {
+    pool_after_fork_child();
+    pthread_mutex_unlock(&call_mu);
+}
+
+static void init_once_fn(void) {
+    int v = sf_variant_best();
+    const char *env = getenv("SPECFILL_KERNEL");
+    if (env != NULL)
+        for (int i = 0; i < SF_NVARIANTS; i++)
+            if (strcasecmp(env, variant_names[i]) == 0 && sf_variant_supported(i)) v = i;
+    atomic_store(&current_variant, v);
+    default_threads = affinity_cpus();
+    if (default_threads > SF_MAX_THREADS) default_threads = SF_MAX_THREADS;
+    want_threads = default_threads;
+    pthread_atfork(lock_for_fork, unlock_after_fork, child_after_fork);
+}
+
+static void ensure_init(void) { pthread_once(&init_once, init_once_fn); }
+
+int sf_set_variant(int v) {
+    ensure_init();
+    if (!sf_variant_supported(v)) return -1;
+    atomic_store(&current_variant, v);
+    return 0;
+}
+
+int sf_get_variant(void) {
+    ensure_init();
+    return atomic_load(&current_variant);
+}
+
+/* ---- the thread pool: share 0 runs on the caller, share i on worker i ---- */
+
+struct job {
+    void (*fn)(const void *ctx, int share, int nshares);
+    const void *ctx;
+    int nshares;
+};
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    atomic_uint gen;        /* bumped once per job (and to stop) */
+    atomic_int pending;     /* workers not yet done with the current job */
+    atomic_int sleepers;    /* workers waiting on cv */
+    atomic_int quit;
+    const struct job *job;  /* written before gen is bumped */
+    unsigned start_gen;     /* gen when the workers were made */
+    int nworkers;
+    pthread_t tids[SF_MAX_THREADS];
+} pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+/* Spin for up to SF_SPIN_NS (back-to-back calls of one forward pass pay no wake-up), then
+ * sleep, so that idle workers leave the cores to the rest of the process. */
+static unsigned wait_new_gen(unsigned seen) {
+    unsigned g;
+    const int64_t deadline = now_ns() + SF_SPIN_NS;
+    for (unsigned k = 1;; k++) {
+        g = atomic_load_explicit(&pool.gen, memory_order_acquire);
+        if (g != seen) return g;
+        cpu_relax();
+        if (k % 64 == 0 && now_ns() > deadline) break;
+    }
+    pthread_mutex_lock(&pool.mu);
+    atomic_fetch_add(&pool.sleepers, 1);  /* seq_cst: pairs with run_job's gen bump */
+    while ((g = atomic_load(&pool.gen)) == seen) pthread_cond_wait(&pool.cv, &pool.mu);
+    atomic_fetch_sub(&pool.sleepers, 1);
+    pthread_mutex_unlock(&pool.mu);
+    return g;
+}
+
+static void *worker_main(void *arg) {
+    const int share = (int)(intptr_t)arg;
+    unsigned seen = pool.start_gen;
+    for (;;) {
+        seen = wait_new_gen(seen);
+        if (atomic_load(&pool.quit)) break;
+        const struct job *j = pool.job;
+        if (share < j->nshares) j->fn(j->ctx, share, j->nshares);
+        atomic_fetch_sub_explicit(&pool.pending, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+static void pool_stop(void) {
+    if (pool.nworkers == 0) return;
+    atomic_store(&pool.quit, 1);
+    pthread_mutex_lock(&pool.mu);
+    atomic_fetch_add(&pool.gen, 1);
+    pthread_cond_broadcast(&pool.cv);
+    pthread_mutex_unlock(&pool.mu);
+    for (int i = 0; i < pool.nworkers; i++) pthread_join(pool.tids[i], NULL);
+    pool.nworkers = 0;
+    atomic_store(&pool.quit, 0);
+}
+
+/* Make threads - 1 workers if the pool has another size (under call_mu). */
+static void pool_ensure(int threads) {
+    if (pool.nworkers == threads - 1) return;
+    pool_stop();
+    pool.start_gen = atomic_load(&pool.gen);
+    int made = 0;
+    for (int i = 0; i < threads - 1; i++) {
+        if (pthread_create(&pool.tids[i], NULL, worker_main, (void *)(intptr_t)(i + 1)) != 0) break;
+        made++;
+    }
+    pool.nworkers = made;
+}
+
+/* The forked child has no workers: forget them (the parent's stay the parent's). */
+static void pool_after_fork_child(void) {
+    pthread_mutex_init(&pool.mu, NULL);
+    pthread_cond_init(&pool.cv, NULL);
+    atomic_store(&pool.pending, 0);
+    atomic_store(&pool.sleepers, 0);
+    atomic_store(&pool.quit, 0);
+    pool.nworkers = 0;
+}
+
+static void run_job(const struct job *j) {
+    if (j->nshares > 1 && pool.nworkers > 0) {
+        pool.job = j;
+        atomic_store_explicit(&pool.pending, pool.nworkers, memory_order_relaxed);
+        atomic_fetch_add(&pool.gen, 1);  /* seq_cst: publishes job and pending */
+        if (atomic_load(&pool.sleepers) > 0) {
+            pthread_mutex_lock(&pool.mu);
+            pthread_cond_broadcast(&pool.cv);
+            pthread_mutex_unlock(&pool.mu);
+        }
+    }
+    j->fn(j->ctx, 0, j->nshares);
+    if (j->nshares > 1 && pool.nworkers > 0) {
+        const int64_t yield_after = now_ns() + 4 * SF_SPIN_NS;
+        for (unsigned k = 1; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; k++) {
+            cpu_relax();
+            if (k % 64 == 0 && now_ns() > yield_after) sched_yield();
+        }
+    }
+}
+
+void sf_set_threads(int n) {
+    ensure_init();
+    pthread_mutex_lock(&call_mu);
+    want_threads = n <= 0 ? default_threads : (n > SF_MAX_THREADS ? SF_MAX_THREADS : n);
+    if (pool.nworkers != want_threads - 1) pool_stop();  /* remade at the next call */
+    pthread_mutex_unlock(&call_mu);
+}
+
+int sf_get_threads(void) {
+    ensure_init();
+    pthread_mutex_lock(&call_mu);
+    const int n = want_threads;
+    pthread_mutex_unlock(&call_mu);
+    return n;
+}
+
+/* ---- types ---- */
+
+static int64_t block_values(int type) {
+    switch (type) {
+    case SF_Q8_0: case SF_Q5_0: return SF_QK32;
+    case SF_Q4_K: case SF_Q6_K: return SF_QKK;
+    default: return 0;
+    }
+}
+
+static size_t block_bytes(int type) {
+    switch (type) {
+    case SF_Q8_0: return sizeof(sf_block_q8_0);
+    case SF_Q5_0: return sizeof(sf_block_q5_0);
+    case SF_Q4_K: return sizeof(sf_block_q4_K);
+    case SF_Q6_K: return sizeof(sf_block_q6_K);
+    default: return 0;
+    }
+}
+
+int sf_type_supported(int type) { return block_values(type) != 0; }
+int64_t sf_block_values(int type) { return block_values(type); }
+
+static int shape_ok(int type, int64_t K) {
+    const int64_t qk = block_values(type);
+    return qk != 0 && K > 0 && K % qk == 0;
+}
+
+size_t sf_row_bytes(int type, int64_t K) {
+    return shape_ok(type, K) ? (size_t)(K / block_values(type)) * block_bytes(type) : 0;
+}
+
+size_t sf_act_row_bytes(int type, int64_t K) {
+    if (!shape_ok(type, K)) return 0;
+    return block_values(type) == SF_QKK ? sf_act_bytes_k(K) : sf_act_bytes_32(K);
+}
+
+static sf_rows_fn rows_fn(const struct sf_kernels *k, int type) {
+    switch (type) {
+    case SF_Q8_0: return k->q8_0;
+    case SF_Q5_0: return k->q5_0;
+    case SF_Q4_K: return k->q4_K;
+    case SF_Q6_K: return k->q6_K;
+    default: return NULL;
+    }
+}
+
+static void quantize_acts(const struct sf_kernels *k, int type, const float *x, int64_t M, int64_t K,
+                          uint8_t *out) {
+    const sf_quant_fn quant = block_values(type) == SF_QKK ? k->quant_k : k->quant_32;
+    const size_t rb = sf_act_row_bytes(type, K);
+    for (int64_t m = 0; m < M; m++) quant(x + m * K, K, out + (size_t)m * rb);
+}
+
+int sf_quantize_acts(int type, const float *x, int64_t M, int64_t K, void *out) {
+    if (!sf_type_supported(type)) return SF_EBADTYPE;
+    if (!shape_ok(type, K) || M < 0) return SF_EBADSHAPE;
+    if (M > 0 && (x == NULL || out == NULL)) return SF_ENULL;
+    quantize_acts(variants[sf_get_variant()], type, x, M, K, out);
+    return SF_OK;
+}
+
+/* ---- matmul ---- */
+
+struct mm_ctx {
+    sf_rows_fn fn;
+    const uint8_t *w;
+    size_t wrb, xrb;
+    const uint8_t *xq;
+    int64_t N, M, K, units;
+    float *y;
+};
+
+static void mm_share(const void *p, int s, int ns) {
+    const struct mm_ctx *c = p;
+    const int64_t n0 = c->units * s / ns * SF_ROW_ALIGN;
+    int64_t n1 = c->units * (s + 1) / ns * SF_ROW_ALIGN;
+    if (n1 > c->N) n1 = c->N;
+    if (n1 > n0) c->fn(c->w + (size_t)n0 * c->wrb, c->wrb, n1 - n0, c->xq, c->xrb, c->M, c->K, c->y + n0, c->N);
+}
+
+static void *scratch_get(size_t bytes) {
+    if (bytes <= scratch_cap) return scratch;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes) != 0) return NULL;
+    free(scratch);
+    scratch = p;
+    scratch_cap = bytes;
+    return p;
+}
+
+int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int64_t M, float *y) {
+    if (!sf_type_supported(type)) return SF_EBADTYPE;
+    if (!shape_ok(type, K) || N < 0 || M < 0) return SF_EBADSHAPE;
+    if (N == 0 || M == 0) return SF_OK;
+    if (w == NULL || x == NULL || y == NULL) return SF_ENULL;
+    ensure_init();
+    const struct sf_kernels *k = variants[atomic_load(&current_variant)];
+
+    pthread_mutex_lock(&call_mu);
+    const size_t xrb = sf_act_row_bytes(type, K);
+    uint8_t *xq = scratch_get((size_t)M * xrb);
+    if (xq == NULL) {
+        pthread_mutex_unlock(&call_mu);
+        return SF_ENOMEM;
+    }
+    quantize_acts(k, type, x, M, K, xq);
+
+    const struct mm_ctx c = {rows_fn(k, type), w, sf_row_bytes(type, K), xrb, xq, N, M, K,
+                             (N + SF_ROW_ALIGN - 1) / SF_ROW_ALIGN, y};
+    int64_t shares = N * K / SF_MIN_SHARE_VALUES;  /* the split never changes a result */
+    if (shares > want_threads) shares = want_threads;
+    if (shares > c.units) shares = c.units;
+    if (shares < 1) shares = 1;
+    if (shares > 1) pool_ensure(want_threads);
+    const struct job j = {mm_share, &c, (int)shares};
+    run_job(&j);
+    pthread_mutex_unlock(&call_mu);
+    return SF_OK;
+}
+
+int sf_dequantize_rows(int type, const void *w, int64_t rows, int64_t K, float *out) {
+    if (!sf_type_supported(type)) return SF_EBADTYPE;
+    if (!shape_ok(type, K) || rows < 0) return SF_EBADSHAPE;
+    if (rows > 0 && (w == NULL || out == NULL)) return SF_ENULL;
+    const size_t rb = sf_row_bytes(type, K);
+    for (int64_t r = 0; r < rows; r++) sf_ref_dequantize_row(type, (const uint8_t *)w + (size_t)r * rb, K, out + r * K);
+    return SF_OK;
+}

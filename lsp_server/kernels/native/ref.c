@@ -1,0 +1,207 @@
+/* The scalar reference. It defines every result: the activation quantization, the exact
+ * integer dot of each block, and the order of every float operation. Each ISA file must
+ * give the same bits. Plain C, no ISA assumptions. */
+#include "blocks.h"
+
+#include <math.h>
+
+#include "specfill_kernels.h"
+
+/* ---- activations ---- */
+
+/* Scale and int8 values of one block of n activations. Finite blocks: d = amax / 127,
+ * q = (int8) nearbyintf(x * (1 / d)) (the current rounding mode, round-half-even by
+ * default), which never leaves [-127, 127]. A block with a NaN or an infinity gets d = NaN
+ * and q = 0, so the NaN reaches every output it touches; a block with amax < SF_ACT_TINY
+ * gets d = 0 and q = 0 (1/d would overflow). Returns d. */
+static float ref_quant_block(const float *x, int n, int8_t *q) {
+    float amax = 0.0f;
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+        const float a = fabsf(x[i]);
+        if (a != a) bad = 1;
+        else if (a > amax) amax = a;
+    }
+    if (bad || amax == INFINITY) {
+        memset(q, 0, (size_t)n);
+        return NAN;
+    }
+    if (amax < SF_ACT_TINY) {
+        memset(q, 0, (size_t)n);
+        return 0.0f;
+    }
+    const float d = amax / 127.0f;
+    const float id = 1.0f / d;
+    for (int i = 0; i < n; i++) q[i] = (int8_t)nearbyintf(x[i] * id);
+    return d;
+}
+
+static void ref_quant_k(const float *x, int64_t K, void *out) {
+    sf_act_k *b = out;
+    for (int64_t i = 0; i < K / SF_QKK; i++, x += SF_QKK) {
+        memset(&b[i], 0, sizeof b[i]);
+        b[i].d = ref_quant_block(x, SF_QKK, b[i].qs);
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += b[i].qs[16 * j + l];
+            b[i].bsums[j] = (int16_t)s;
+        }
+    }
+}
+
+static void ref_quant_32(const float *x, int64_t K, void *out) {
+    sf_act_32 *b = out;
+    for (int64_t i = 0; i < K / SF_QK32; i++, x += SF_QK32) b[i].d = ref_quant_block(x, SF_QK32, b[i].qs);
+}
+
+/* ---- the integer value of weight v in a block ---- */
+
+static int q8_0_value(const sf_block_q8_0 *b, int v) { return b->qs[v]; }
+
+static int q5_0_value(const sf_block_q5_0 *b, int v) {
+    uint32_t qh;
+    memcpy(&qh, b->qh, sizeof qh);
+    const int lo = v < 16 ? (b->qs[v] & 0x0f) : (b->qs[v - 16] >> 4);
+    return (lo | (int)(((qh >> v) & 1u) << 4)) - 16;
+}
+
+static int q4_K_value(const sf_block_q4_K *b, int v) {  /* unsigned nibble, 0..15 */
+    const int j = v / 32, l = v % 32;
+    const uint8_t byte = b->qs[32 * (j / 2) + l];
+    return (j % 2) ? (byte >> 4) : (byte & 0x0f);
+}
+
+static int q6_K_value(const sf_block_q6_K *b, int v) {  /* 0..63, before the -32 */
+    const int h = v / 128, r = v % 128;
+    const uint8_t lo = b->ql[64 * h + r % 64];
+    const int nib = (r / 64) ? (lo >> 4) : (lo & 0x0f);
+    const int hi = (b->qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+    return nib | (hi << 4);
+}
+
+/* ---- one weight row . one activation row ---- */
+
+static float dot_q8_0(const uint8_t *w, const sf_act_32 *x, int64_t nb) {
+    float lanes[8] = {0};
+    for (int64_t i = 0; i < nb; i++) {
+        const sf_block_q8_0 *b = (const sf_block_q8_0 *)(w + i * sizeof *b);
+        int32_t s = 0;
+        for (int v = 0; v < 32; v++) s += q8_0_value(b, v) * x[i].qs[v];
+        lanes[i % 8] += sf_q32_term(sf_u16(&b->d), x[i].d, s);
+    }
+    return sf_lanes8_sum(lanes);
+}
+
+static float dot_q5_0(const uint8_t *w, const sf_act_32 *x, int64_t nb) {
+    float lanes[8] = {0};
+    for (int64_t i = 0; i < nb; i++) {
+        const sf_block_q5_0 *b = (const sf_block_q5_0 *)(w + i * sizeof *b);
+        int32_t s = 0;
+        for (int v = 0; v < 32; v++) s += q5_0_value(b, v) * x[i].qs[v];
+        lanes[i % 8] += sf_q32_term(sf_u16(&b->d), x[i].d, s);
+    }
+    return sf_lanes8_sum(lanes);
+}
+
+static float dot_q4_K(const uint8_t *w, const sf_act_k *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const sf_block_q4_K *b = (const sf_block_q4_K *)(w + i * sizeof *b);
+        uint8_t sc[8], mn[8];
+        sf_q4k_scales(b->scales, sc, mn);
+        int32_t sumi = 0, summ = 0;
+        for (int j = 0; j < 8; j++) {
+            int32_t s = 0;
+            for (int l = 0; l < 32; l++) s += q4_K_value(b, 32 * j + l) * x[i].qs[32 * j + l];
+            sumi += sc[j] * s;
+            summ += mn[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+        }
+        acc += sf_q4k_term(sf_fp16_to_fp32(sf_u16(&b->d)), sf_fp16_to_fp32(sf_u16(&b->dmin)), x[i].d, sumi, summ);
+    }
+    return acc;
+}
+
+static float dot_q6_K(const uint8_t *w, const sf_act_k *x, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < nb; i++) {
+        const sf_block_q6_K *b = (const sf_block_q6_K *)(w + i * sizeof *b);
+        int32_t sumi = 0;
+        for (int g = 0; g < 16; g++) {
+            int32_t s = 0;
+            for (int l = 0; l < 16; l++) s += (q6_K_value(b, 16 * g + l) - 32) * x[i].qs[16 * g + l];
+            sumi += b->scales[g] * s;
+        }
+        acc += sf_q6k_term(sf_fp16_to_fp32(sf_u16(&b->d)), x[i].d, sumi);
+    }
+    return acc;
+}
+
+/* ---- the row loops: n, then m (the weight row stays in L1 for every activation row) ---- */
+
+#define REF_ROWS(NAME, DOT, ACT, QK)                                                        \
+    static void NAME(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,        \
+                     size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {             \
+        for (int64_t r = 0; r < nrows; r++)                                                 \
+            for (int64_t m = 0; m < M; m++)                                                 \
+                y[m * ldy + r] = DOT(w + r * wrb, (const ACT *)(xq + m * xrb), K / (QK));   \
+    }
+
+REF_ROWS(rows_q8_0, dot_q8_0, sf_act_32, SF_QK32)
+REF_ROWS(rows_q5_0, dot_q5_0, sf_act_32, SF_QK32)
+REF_ROWS(rows_q4_K, dot_q4_K, sf_act_k, SF_QKK)
+REF_ROWS(rows_q6_K, dot_q6_K, sf_act_k, SF_QKK)
+
+const struct sf_kernels sf_kernels_scalar = {
+    .name = "scalar",
+    .quant_k = ref_quant_k,
+    .quant_32 = ref_quant_32,
+    .q8_0 = rows_q8_0,
+    .q5_0 = rows_q5_0,
+    .q4_K = rows_q4_K,
+    .q6_K = rows_q6_K,
+};
+
+/* ---- dequantization, in gguf.quants' order of float operations ---- */
+
+void sf_ref_dequantize_row(int type, const uint8_t *w, int64_t K, float *out) {
+    switch (type) {
+    case SF_Q8_0:
+        for (int64_t i = 0; i < K / SF_QK32; i++, out += SF_QK32) {
+            const sf_block_q8_0 *b = (const sf_block_q8_0 *)(w + i * sizeof *b);
+            const float d = sf_fp16_to_fp32(sf_u16(&b->d));
+            for (int v = 0; v < 32; v++) out[v] = (float)q8_0_value(b, v) * d;
+        }
+        break;
+    case SF_Q5_0:
+        for (int64_t i = 0; i < K / SF_QK32; i++, out += SF_QK32) {
+            const sf_block_q5_0 *b = (const sf_block_q5_0 *)(w + i * sizeof *b);
+            const float d = sf_fp16_to_fp32(sf_u16(&b->d));
+            for (int v = 0; v < 32; v++) out[v] = d * (float)q5_0_value(b, v);
+        }
+        break;
+    case SF_Q4_K:
+        for (int64_t i = 0; i < K / SF_QKK; i++, out += SF_QKK) {
+            const sf_block_q4_K *b = (const sf_block_q4_K *)(w + i * sizeof *b);
+            const float d = sf_fp16_to_fp32(sf_u16(&b->d)), dmin = sf_fp16_to_fp32(sf_u16(&b->dmin));
+            uint8_t sc[8], mn[8];
+            sf_q4k_scales(b->scales, sc, mn);
+            for (int j = 0; j < 8; j++) {
+                const float ds = d * (float)sc[j], dm = dmin * (float)mn[j];
+                for (int l = 0; l < 32; l++) out[32 * j + l] = ds * (float)q4_K_value(b, 32 * j + l) - dm;
+            }
+        }
+        break;
+    case SF_Q6_K:
+        for (int64_t i = 0; i < K / SF_QKK; i++, out += SF_QKK) {
+            const sf_block_q6_K *b = (const sf_block_q6_K *)(w + i * sizeof *b);
+            const float d = sf_fp16_to_fp32(sf_u16(&b->d));
+            for (int g = 0; g < 16; g++) {
+                const float ds = d * (float)b->scales[g];
+                for (int l = 0; l < 16; l++) out[16 * g + l] = ds * (float)(q6_K_value(b, 16 * g + l) - 32);
+            }
+        }
+        break;
+    default:
+        break;
+    }
+}

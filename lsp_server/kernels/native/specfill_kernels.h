@@ -1,0 +1,64 @@
+/* specfill's native kernels: y[m, n] = sum_k x[m, k] * W[n, k] with W in GGUF quantized
+ * blocks and x fp32, for the few rows of a decode or a speculative verify.
+ *
+ * Rows are independent: each y[m, n] comes out of the same sequence of float operations
+ * whatever M is and whatever the thread count is (threads split N, never K), so an M-row
+ * call equals M one-row calls bit for bit, and every variant equals the scalar reference
+ * bit for bit. Activations are quantized to int8 per row inside the call (blocks of 256 for
+ * K-quant weights, of 32 for Q8_0 / Q5_0); all integer work is exact.
+ *
+ * Knows nothing of torch or Python. One caller at a time runs (concurrent calls serialize
+ * on an internal lock); the library owns a small persistent thread pool. */
+#ifndef SPECFILL_KERNELS_H
+#define SPECFILL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum sf_type { SF_Q5_0 = 6, SF_Q8_0 = 8, SF_Q4_K = 12, SF_Q6_K = 14 };  /* ggml type ids */
+enum sf_variant { SF_SCALAR = 0, SF_AVX2 = 1, SF_AVX512 = 2, SF_NEON = 3, SF_NVARIANTS = 4 };
+
+enum sf_error {
+    SF_OK = 0,
+    SF_EBADTYPE = -1,     /* type not one of enum sf_type */
+    SF_EBADSHAPE = -2,    /* K not a positive multiple of the block, or N / M negative */
+    SF_ENULL = -3,        /* a NULL pointer where data is needed */
+    SF_ENOMEM = -4,       /* scratch for the quantized activations could not be had */
+};
+
+/* Variants. At start-up the library takes SPECFILL_KERNEL = scalar|avx2|avx512|neon|auto
+ * when this CPU can run it, else the best one (the caller reports a refused request). */
+int sf_variant_supported(int variant);     /* 1 if built in and this CPU can run it */
+int sf_variant_best(void);
+int sf_set_variant(int variant);           /* 0 ok, -1 refused: never runs what the CPU lacks */
+int sf_get_variant(void);
+const char *sf_variant_name(int variant);  /* "scalar", "avx2", ...; NULL if out of range */
+
+/* Threads, the caller's included; n <= 0 means the CPUs in the affinity mask (default). */
+void sf_set_threads(int n);
+int sf_get_threads(void);
+
+int sf_type_supported(int type);
+int64_t sf_block_values(int type);                /* 32 or 256; 0 if unsupported */
+size_t sf_row_bytes(int type, int64_t K);         /* 0 if K is not a positive multiple */
+
+/* y [M, N] = x [M, K] . W [N, K]^T; W is N rows of sf_row_bytes(type, K) bytes. 0 or sf_error. */
+int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int64_t M, float *y);
+
+/* The reference dequantizer (scalar, matches gguf.quants.dequantize bit for bit). */
+int sf_dequantize_rows(int type, const void *w, int64_t rows, int64_t K, float *out);
+
+/* Test hooks: the activation blocks sf_matmul makes (with the current variant) for weights
+ * of `type`; out must hold M * sf_act_row_bytes(type, K) bytes. */
+size_t sf_act_row_bytes(int type, int64_t K);
+int sf_quantize_acts(int type, const float *x, int64_t M, int64_t K, void *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SPECFILL_KERNELS_H */

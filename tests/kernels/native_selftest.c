@@ -1,0 +1,158 @@
+/* Every variant this CPU runs against the scalar reference, bit for bit, on random data;
+ * no Python. Built from the C sources alone, so it also runs cross-compiled under qemu:
+ *
+ *   cc -O2 -ffp-contract=off -pthread -I lsp_server/kernels/native tests/kernels/native_selftest.c \
+ *      lsp_server/kernels/native/{ref,avx2,dispatch}.c -lm && ./a.out
+ *
+ * Prints "N passed, M failed" and exits non-zero when anything failed. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "specfill_kernels.h"
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
+
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rnd_normal(void) {  /* sum of 4 uniforms: enough for test data */
+    float s = 0.0f;
+    for (int i = 0; i < 4; i++) s += (float)(rnd() & 0xffff) / 65536.0f - 0.5f;
+    return s;
+}
+
+/* A finite fp16: sign, exponent 0..14 (subnormals included), random mantissa. */
+static uint16_t rnd_fp16(void) {
+    return (uint16_t)(((rnd() & 1) << 15) | ((rnd() % 15) << 10) | (rnd() & 0x3ff));
+}
+
+static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+static void fill_weights(int type, uint8_t *w, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
+    const size_t bs = type == SF_Q8_0 ? 34 : type == SF_Q5_0 ? 22 : type == SF_Q4_K ? 144 : 210;
+    for (size_t b = 0; b + bs <= bytes; b += bs) {
+        if (type == SF_Q6_K) put16(w + b + 208, rnd_fp16());
+        else put16(w + b, rnd_fp16());
+        if (type == SF_Q4_K) put16(w + b + 2, rnd_fp16());
+    }
+}
+
+/* x rows: normal values, with an all-zero block, a tiny block and a huge-range row */
+static void fill_x(float *x, int64_t M, int64_t K) {
+    for (int64_t i = 0; i < M * K; i++) x[i] = rnd_normal() * 3.0f;
+    if (M > 1) memset(x + K, 0, 32 * sizeof(float));
+    if (M > 2) for (int i = 0; i < 32; i++) x[2 * K + i] = 1e-33f * (float)i;
+    if (M > 3) for (int64_t i = 0; i < K; i++) x[3 * K + i] *= (i % 7) ? 1e-3f : 1e4f;
+}
+
+static int passed, failed;
+
+static void check(int ok, const char *what, int type, const char *variant, int64_t M, int64_t N, int64_t K) {
+    if (ok) passed++;
+    else {
+        failed++;
+        printf("FAIL %s: type %d variant %s M=%lld N=%lld K=%lld\n", what, type, variant, (long long)M,
+               (long long)N, (long long)K);
+    }
+}
+
+static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
+
+static void run_case(int type, int64_t N, int64_t K, int64_t M) {
+    const size_t rb = sf_row_bytes(type, K), xrb = sf_act_row_bytes(type, K);
+    uint8_t *w = malloc(N * rb), *qa = malloc(M * xrb), *qb = malloc(M * xrb);
+    float *x = malloc(M * K * sizeof(float));
+    float *ref = malloc(M * N * sizeof(float)), *y = malloc(M * N * sizeof(float));
+    float *one = malloc(N * sizeof(float));
+    fill_weights(type, w, N * rb);
+    fill_x(x, M, K);
+
+    sf_set_variant(SF_SCALAR);
+    sf_set_threads(1);
+    sf_matmul(type, w, N, K, x, M, ref);
+    sf_quantize_acts(type, x, M, K, qa);
+    int finite = 1;
+    for (int64_t i = 0; i < M * N; i++) finite &= isfinite(ref[i]) != 0;
+    check(finite, "reference output finite", type, "scalar", M, N, K);
+
+    for (int v = 0; v < SF_NVARIANTS; v++) {
+        if (!sf_variant_supported(v)) continue;
+        const char *name = sf_variant_name(v);
+        sf_set_variant(v);
+        sf_quantize_acts(type, x, M, K, qb);
+        check(memcmp(qa, qb, M * xrb) == 0, "activation blocks == reference", type, name, M, N, K);
+        for (int threads = 1; threads <= 3; threads++) {
+            sf_set_threads(threads);
+            memset(y, 0xff, M * N * sizeof(float));
+            check(sf_matmul(type, w, N, K, x, M, y) == 0, "matmul returns 0", type, name, M, N, K);
+            check(same_bits(ref, y, M * N), "matmul == reference", type, name, M, N, K);
+        }
+        int rows_ok = 1;
+        for (int64_t m = 0; m < M; m++) {
+            sf_matmul(type, w, N, K, x + m * K, 1, one);
+            rows_ok &= same_bits(ref + m * N, one, N);
+        }
+        check(rows_ok, "M-row call == M one-row calls", type, name, M, N, K);
+    }
+    free(w); free(qa); free(qb); free(x); free(ref); free(y); free(one);
+}
+
+static void run_specials(void) {
+    /* a NaN or an infinity in a row reaches its outputs in every variant */
+    const int64_t K = 512, N = 5;
+    const int types[] = {SF_Q8_0, SF_Q5_0, SF_Q4_K, SF_Q6_K};
+    for (size_t t = 0; t < 4; t++) {
+        const size_t rb = sf_row_bytes(types[t], K);
+        uint8_t *w = malloc(N * rb);
+        float x[3 * 512], y[3 * 5];
+        fill_weights(types[t], w, N * rb);
+        fill_x(x, 3, K);
+        x[K + 7] = NAN;
+        x[2 * K + 300] = INFINITY;
+        for (int v = 0; v < SF_NVARIANTS; v++) {
+            if (!sf_variant_supported(v)) continue;
+            sf_set_variant(v);
+            sf_matmul(types[t], w, N, K, x, 3, y);
+            int ok = 1;
+            for (int n = 0; n < N; n++) ok &= isfinite(y[n]) && isnan(y[N + n]) && isnan(y[2 * N + n]);
+            check(ok, "NaN / inf rows give NaN, others finite", types[t], sf_variant_name(v), 3, N, K);
+        }
+        free(w);
+    }
+    /* shapes the API refuses */
+    check(sf_row_bytes(SF_Q4_K, 300) == 0 && sf_row_bytes(SF_Q8_0, 33) == 0, "row_bytes 0 for bad K", 0, "-", 0, 0, 0);
+    float y1;
+    check(sf_matmul(SF_Q4_K, &y1, 1, 300, &y1, 1, &y1) == SF_EBADSHAPE, "matmul refuses bad K", SF_Q4_K, "-", 1, 1, 300);
+    check(sf_matmul(99, &y1, 1, 256, &y1, 1, &y1) == SF_EBADTYPE, "matmul refuses bad type", 99, "-", 1, 1, 256);
+    check(sf_set_variant(SF_NVARIANTS) == -1, "set_variant refuses out of range", 0, "-", 0, 0, 0);
+    for (int v = 0; v < SF_NVARIANTS; v++)
+        if (!sf_variant_supported(v)) check(sf_set_variant(v) == -1, "set_variant refuses what the CPU lacks", 0, sf_variant_name(v), 0, 0, 0);
+}
+
+int main(void) {
+    const int types[] = {SF_Q8_0, SF_Q5_0, SF_Q4_K, SF_Q6_K};
+    for (size_t t = 0; t < 4; t++) {
+        const int64_t qk = sf_block_values(types[t]);
+        const int64_t Ks[] = {qk, qk * 3, qk == 32 ? 32 * 19 : 256 * 5};
+        const int64_t Ns[] = {1, 7, 37, 300, 1000};
+        for (int ki = 0; ki < 3; ki++)
+            for (int ni = 0; ni < 5; ni++)
+                for (int64_t M = 1; M <= 9; M += 4)
+                    if (Ns[ni] * Ks[ki] <= 300 * 1280 || (ki == 2 && M == 5)) run_case(types[t], Ns[ni], Ks[ki], M);
+    }
+    run_specials();
+    sf_set_threads(0);
+    printf("variants run:");
+    for (int v = 0; v < SF_NVARIANTS; v++)
+        if (sf_variant_supported(v)) printf(" %s", sf_variant_name(v));
+    printf("\n%d passed, %d failed\n", passed, failed);
+    return failed != 0;
+}

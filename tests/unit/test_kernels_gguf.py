@@ -1,0 +1,170 @@
+"""A model run straight from a GGUF file's blocks on the native kernels: the file's tensors
+become its layers (nothing dequantized at load), its outputs follow the dequantized weights,
+a verify computes what single steps compute bit for bit, and greedy speculation between two
+such models reproduces the target's own greedy output exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lsp_server.engine.cache import LeanSlot
+from lsp_server.engine.draft_head import draft_head
+from lsp_server.engine.lean_step import ROWS_INDEPENDENT
+from lsp_server.engine.speculative import SpeculativeEngine
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
+from lsp_server.kernels import native
+from lsp_server.kernels.fuse import fuse_projections
+from lsp_server.kernels.gguf import GGUFEmbedding, GGUFLinear, UnsupportedTensor, gguf_name, load_gguf_model
+from tests.tiny_models import CharTokenizer, qwen2_for_fusing
+
+pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.why_unavailable()}")
+
+Q8_0, Q5_0 = 8, 6
+
+
+def write_gguf(model: torch.nn.Module, path: Path, types: dict[str, int] | None = None) -> None:
+    """`model`'s weights as a GGUF file: matrices in Q8_0 (or `types[gguf name]`), the rest F32."""
+    import gguf
+
+    writer = gguf.GGUFWriter(path, "qwen2")
+    for name, tensor in model.state_dict().items():
+        module, _, kind = name.rpartition(".")
+        target = f"{gguf_name(module)}.{kind}"
+        values = tensor.float().numpy()
+        qtype = (types or {}).get(target, Q8_0) if values.ndim == 2 else 0
+        if qtype == 0:
+            writer.add_tensor(target, values.astype(np.float32))
+        else:
+            ggml = gguf.GGMLQuantizationType(qtype)
+            writer.add_tensor(target, gguf.quants.quantize(values, ggml), raw_dtype=ggml)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def dequantized_twin(model: torch.nn.Module, path: Path) -> torch.nn.Module:
+    """`model` with each weight replaced by what the GGUF file holds, dequantized."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    values = {t.name: gguf.quants.dequantize(t.data, t.tensor_type) for t in reader.tensors}
+    state = {}
+    for name, tensor in model.state_dict().items():
+        module, _, kind = name.rpartition(".")
+        state[name] = torch.from_numpy(np.ascontiguousarray(values[f"{gguf_name(module)}.{kind}"])).reshape(tensor.shape)
+    twin = type(model)(model.config).eval()
+    twin.load_state_dict(state)
+    return twin
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gguf")
+    made = {}
+    for role, seed, types in (("target", 0, {"blk.0.attn_v.weight": Q5_0, "blk.1.ffn_down.weight": Q5_0}),
+                              ("draft", 7, None)):
+        model = qwen2_for_fusing(seed)
+        model.config.save_pretrained(root / role)
+        write_gguf(model, root / role / "model.gguf", types)
+        made[role] = (model, root / role)
+    return made
+
+
+def load(files, role: str) -> torch.nn.Module:
+    _, directory = files[role]
+    return load_gguf_model(directory, directory / "model.gguf")
+
+
+def test_every_matrix_stays_in_its_blocks_and_norms_and_biases_are_the_files_floats(files):
+    model = load(files, "target")
+    linears = [m for m in model.modules() if isinstance(m, GGUFLinear)]
+    assert len(linears) == 2 * 7 + 1
+    assert {m.type_id for m in linears} == {Q8_0, Q5_0}
+    assert model.model.layers[0].self_attn.v_proj.type_id == Q5_0
+    assert isinstance(model.model.embed_tokens, GGUFEmbedding)
+    assert all(p.dtype == torch.float32 and not p.is_meta for p in model.parameters())
+    reference, _ = files["target"]
+    assert torch.equal(model.model.norm.weight, reference.model.norm.weight.float())
+    assert torch.equal(model.model.layers[1].self_attn.q_proj.bias, reference.model.layers[1].self_attn.q_proj.bias)
+
+
+def test_outputs_follow_the_dequantized_weights(files, tmp_path):
+    model = load(files, "target")
+    twin = dequantized_twin(files["target"][0], files["target"][1] / "model.gguf")
+    ids = torch.randint(0, 256, (1, 40), generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        got, want = model(input_ids=ids).logits, twin(input_ids=ids).logits
+    error = float((got - want).norm() / want.norm())
+    assert error < 0.02, error  # activations rounded to int8 per block: ~0.5 % measured
+
+
+def test_a_verify_equals_single_steps_bit_for_bit(files):
+    model = load(files, "target")
+    fuse_projections(model)
+    setattr(model, ROWS_INDEPENDENT, True)
+    seq = torch.randint(0, 256, (60,), generator=torch.Generator().manual_seed(1)).tolist()
+    verify, steps = LeanSlot(model), LeanSlot(model)
+    with torch.inference_mode():
+        verify.feed(seq[:50])
+        steps.feed(seq[:50])
+        together = verify.feed(seq[50:60])  # [10, V]
+        alone = torch.cat([steps.feed(seq[i:i + 1]) for i in range(50, 60)])
+    assert torch.equal(together, alone)
+
+
+def test_gate_and_up_fuse_into_one_view_of_the_file(files):
+    model = load(files, "target")
+    assert fuse_projections(model) >= 2
+    mlp = model.model.layers[0].mlp
+    fused = mlp._specfill_gate_up.module
+    assert fused.blocks.data_ptr() == mlp.gate_proj.blocks.data_ptr()  # back to back: no copy
+    x = torch.randn(3, 128)
+    gate, up = mlp._specfill_gate_up(x)
+    assert torch.equal(gate, mlp.gate_proj(x)) and torch.equal(up, mlp.up_proj(x))
+
+
+def test_greedy_speculation_between_gguf_models_is_the_targets_own_greedy_output(files):
+    target, draft = load(files, "target"), load(files, "draft")
+    for m in (target, draft):
+        fuse_projections(m)
+        setattr(m, ROWS_INDEPENDENT, True)
+    engine = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[])
+    prompt = tuple(torch.randint(0, 256, (30,), generator=torch.Generator().manual_seed(5)).tolist())
+
+    def run(mode: str, k: int):
+        policy = DraftPolicy(context="t", k_init=k, k_min=1, k_max=k, max_new_tokens=40, stop=StopRule("none"),
+                             draft_p_min=0.0, mode=mode, prompt_lookup=False)
+        engine.clear_caches()
+        return list(engine.generate(CompletionRequest("r", prompt, policy)))[-1]
+
+    plain = run("off", 1)
+    for k in (1, 3, 6):
+        spec = run("fixed", k)
+        assert spec.stats.drafted > 0
+        assert spec.token_ids == plain.token_ids
+
+
+def test_the_draft_head_is_a_prefix_view_of_the_files_rows(files):
+    draft = load(files, "draft")
+    head = draft_head(draft, common=64)
+    assert head is not None and head.common.blocks.data_ptr() == draft.lm_head.blocks.data_ptr()
+    head.focus([200, 201])
+    hidden = torch.randn(2, 128)
+    logits = head(hidden)
+    full = draft.lm_head(hidden)
+    assert torch.equal(logits[:, :64], full[:, :64])
+    assert torch.allclose(logits[:, [200, 201]], full[:, [200, 201]], rtol=0.05, atol=0.05)
+    assert torch.isinf(logits[:, 100]).all()
+
+
+def test_a_tensor_type_without_a_kernel_is_named_with_a_way_out(files, tmp_path):
+    model, directory = files["draft"]
+    model.config.save_pretrained(tmp_path)
+    write_gguf(model, tmp_path / "model.gguf", {"blk.1.ffn_up.weight": 1})  # F16
+    with pytest.raises(UnsupportedTensor, match=r"blk\.1\.ffn_up\.weight is F16.*requantize"):
+        load_gguf_model(tmp_path, tmp_path / "model.gguf")
