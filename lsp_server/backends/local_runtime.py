@@ -77,7 +77,7 @@ def resolve_quant(tag: str, role: str, device_type: str, dtype: Any, has_gguf: b
         return "bf16"  # CUDA: the quantized kernels here are CPU kernels
     if dtype == torch.bfloat16 and w8a8_available():
         return CPU_AUTO_QUANT[role]
-    if has_gguf and native.available():
+    if has_gguf and native.available() and native.variant() != "scalar":  # scalar: a reference, ~20x slower
         return NATIVE_QUANT
     return CPU_FALLBACK_QUANT[role] if dtype == torch.bfloat16 else "bf16"
 
@@ -91,11 +91,11 @@ def kernel_lines() -> list[str]:
     st = status()
     if st.usable:
         return [*lines, f"CPU kernels: {st.why} for steps, verifies and prefills"]
-    if native.available():
+    if native.available() and native.variant() != "scalar":
         return [*lines, f"CPU kernels: specfill native {native.variant()} x {native.threads()} threads on the "
                         f"GGUF files' own blocks (rows independent); W8A8 unavailable: {st.why}"]
     return [*lines, f"CPU kernels: torch int4 weight-only (verifies of at most {INT4_TARGET_MAX_K} draft tokens); "
-                    f"native kernels unavailable: {native.why_unavailable()}; W8A8 unavailable: {st.why}"]
+                    f"native kernels unavailable: {native.why_unavailable() or 'this CPU runs only their scalar reference (no AVX2)'}; W8A8 unavailable: {st.why}"]
 
 
 def apply_quantization(model: Any, tag: str, source: Any, cache_dir: str | None = None) -> None:

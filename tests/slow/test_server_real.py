@@ -25,7 +25,10 @@ async def real_client(lsp_client: LanguageClient, real_cache):
     def on_stream(params):
         lsp_client.streamed.append((time.monotonic(), params))
 
-    await lsp_client.initialize_session(init_params({"readyTimeoutS": 300.0}))
+    # Fixed k: the draft runs whatever the round costs measured at load say. Where a verify
+    # costs more than a draft step saves (an AVX2-only CPU) the adaptive controller drafts
+    # nothing, and this test is about the real pair drafting and verifying through the server.
+    await lsp_client.initialize_session(init_params({"readyTimeoutS": 300.0, "speculation": {"mode": "fixed"}}))
     lsp_client.text_document_did_open(lsp.DidOpenTextDocumentParams(lsp.TextDocumentItem(
         uri=EXAMPLE.as_uri(), language_id="python", version=1, text=EXAMPLE.read_text())))
     yield
