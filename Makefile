@@ -64,6 +64,11 @@ test-editors: models editors ## real Neovim and real VS Code (code-server) with 
 bench: models ## engine benchmark: HumanEval, 40 prompts, 128 tokens, the CPU default weights (about 25 minutes on 2 idle cores)
 	$(SPECFILL) bench engine --prompts humaneval --limit 40 --max-new-tokens 128 --modes target,hf-assisted-4,hf-assisted-default,specfill --out $(OUT)/engine
 
+bench-kernels: setup ## the native kernels by rows over a 1.5B target's matrices (~2 min), with llama-bench on the real GGUF beside it
+	$(SPECFILL) bench kernels
+	LD_LIBRARY_PATH= $${SPECFILL_CACHE:-$$HOME/.cache/specfill}/llama-server/0.3.36/bin/llama-bench -t 2 -r 2 -p 512 -n 128 \
+	  -m $${SPECFILL_CACHE:-$$HOME/.cache/specfill}/qwen2.5-coder-1.5b/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf || true
+
 bench-lsp: models ## the server over stdio while typing: first-token and cancel latency
 	$(SPECFILL) bench lsp --out $(OUT)/lsp
 
@@ -83,4 +88,4 @@ bench-peers: models llama-server ## specfill vs llama.cpp (its C++ server and ll
 clean: ## remove build outputs (keeps .venv and the model cache)
 	rm -rf build dist *.egg-info editors/vscode/dist editors/vscode/*.vsix .pytest_cache
 
-.PHONY: help setup models demo editor-deps editors llama-server test test-remote test-fast test-robustness soak test-slow test-editors bench bench-lsp bench-policy bench-quality bench-bound bench-peers clean
+.PHONY: help setup models demo editor-deps editors llama-server test test-remote test-fast test-robustness soak test-slow test-editors bench bench-kernels bench-lsp bench-policy bench-quality bench-bound bench-peers clean

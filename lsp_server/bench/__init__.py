@@ -8,6 +8,7 @@ from typing import Any
 # name -> module with `add_arguments(parser)` and `run(args) -> int`; imported lazily so
 # `specfill --help` does not load torch.
 BENCHMARKS = {
+    "kernels": ("lsp_server.bench.kernel_speed", "the native kernels over a 1.5B target's matrices, by rows"),
     "engine": ("lsp_server.bench.engine_bench", "tokens/s of specfill vs target alone and transformers"),
     "lsp": ("lsp_server.bench.lsp_bench", "the real server over stdio while typing"),
     "policy": ("lsp_server.bench.policy_bench", "syntax policy vs fixed k, per context class"),

@@ -1,6 +1,6 @@
 """Speed of the native kernels (lsp_server/kernels/native) over a 1.5B Qwen2 target's matrices.
 
-    python -m lsp_server.bench.kernel_speed [--rows 1,2,3,5,9,13,16] [--passes 5] [--variants avx2]
+    specfill bench kernels [--rows 1,2,3,5,9,13,16] [--passes 5] [--variants avx2]
 
 Distinct random Q4_K weights shaped like the target's 28 layers (fused qkv [2048, 1536],
 o [1536, 1536], fused gate/up [17920, 1536], down [1536, 8960]) plus a Q6_K head
@@ -15,12 +15,11 @@ import argparse
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from lsp_server.kernels import native
+from lsp_server.kernels import cpu, native
 
 Q4_K, Q6_K = 12, 14
 LAYERS = 28
@@ -70,37 +69,27 @@ def time_passes(mats: list[Matrix], M: int, passes: int) -> float:
     return statistics.median(times)
 
 
-def cpu_description() -> tuple[str, str]:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.partition(":")[2].strip()
-                break
-    except OSError:
-        pass
-    return model, " ".join(native.cpu_flags())
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", default="1,2,3,5,9,13,16", help="activation row counts M")
     parser.add_argument("--scalar-rows", default="1", help="row counts for the (slow) scalar reference")
     parser.add_argument("--passes", type=int, default=5, help="timed passes per M (median)")
     parser.add_argument("--variants", default="", help="comma-separated; default: all this CPU runs")
     parser.add_argument("--threads", type=int, default=0, help="0 = the CPUs of the affinity mask")
-    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
     if not native.available():
         print(native.why_unavailable())
         return 1
     native.set_threads(args.threads)
-    model, flags = cpu_description()
     variants = args.variants.split(",") if args.variants else native.variants_supported()[::-1]
-    print(f"CPU: {model}\nSIMD flags: {flags}\nthreads: {native.threads()}")
+    print(f"CPU: {cpu.describe()}\nthreads: {native.threads()}")
     start = time.perf_counter()
     mats = build_model()
     total = sum(m.weight.numel() for m in mats)
