@@ -20,6 +20,9 @@ a part would make zentorch cache a reordered copy of that part's weight for good
 w8a8.py), and its per-row input quantization does not depend on the output width, so each
 output channel is the same dot product either way (tests/unit/test_kernels_fuse.py checks that).
 
+GGUF layers on the native kernels (`kernels.gguf`) fuse where their block types agree: gate
+and up lie back to back in the file, so theirs is a view; q/k/v are stacked in a copy.
+
 Prefills of `dense_min_rows`+ rows keep using each layer's bf16 copy
 (quantize.keep_dense_for_prefill): the fused module is used below that (`Fused.max_rows`).
 """
