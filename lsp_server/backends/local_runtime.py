@@ -64,20 +64,27 @@ NATIVE_QUANT = "gguf"
 INT4_TARGET_MAX_K = 3
 
 
+def native_kernels_run() -> bool:
+    """The native library is built and a vector variant of it runs here (its scalar variant
+    is a reference, ~20x slower: `auto` does not pick it, `gguf` asked for still runs it)."""
+    from lsp_server.kernels import native
+
+    return native.available() and native.variant() != "scalar"
+
+
 def resolve_quant(tag: str, role: str, device_type: str, dtype: Any, has_gguf: bool = False) -> str:
     """The quantization `tag` means for one model; `has_gguf`: its GGUF file is on disk."""
     if tag != "auto":
         return tag
     import torch
 
-    from lsp_server.kernels import native
     from lsp_server.kernels.w8a8 import w8a8_available
 
     if device_type != "cpu":
         return "bf16"  # CUDA: the quantized kernels here are CPU kernels
     if dtype == torch.bfloat16 and w8a8_available():
         return CPU_AUTO_QUANT[role]
-    if has_gguf and native.available() and native.variant() != "scalar":  # scalar: a reference, ~20x slower
+    if has_gguf and native_kernels_run():
         return NATIVE_QUANT
     return CPU_FALLBACK_QUANT[role] if dtype == torch.bfloat16 else "bf16"
 
@@ -91,7 +98,7 @@ def kernel_lines() -> list[str]:
     st = status()
     if st.usable:
         return [*lines, f"CPU kernels: {st.why} for steps, verifies and prefills"]
-    if native.available() and native.variant() != "scalar":
+    if native_kernels_run():
         return [*lines, f"CPU kernels: specfill native {native.variant()} x {native.threads()} threads on the "
                         f"GGUF files' own blocks (rows independent); W8A8 unavailable: {st.why}"]
     return [*lines, f"CPU kernels: torch int4 weight-only (verifies of at most {INT4_TARGET_MAX_K} draft tokens); "

@@ -84,15 +84,9 @@ def _need_lib() -> ctypes.CDLL:
 
 def cpu_flags() -> list[str]:
     """This CPU's SIMD flags as /proc/cpuinfo lists them (empty where there is none)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return []
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() in ("flags", "Features"):
-            return sorted(f for f in value.split() if f.startswith(_SIMD_FLAG_PREFIXES))
-    return []
+    from lsp_server.kernels import cpu
+
+    return sorted(f for f in cpu.flags() if f.startswith(_SIMD_FLAG_PREFIXES))
 
 
 def variants_supported() -> list[str]:
