@@ -198,13 +198,16 @@ def _set_parameter(model: nn.Module, name: str, value: torch.Tensor) -> None:
     setattr(model.get_submodule(owner), attr, nn.Parameter(value, requires_grad=False))
 
 
-def load_gguf_model(config_dir: Path, gguf_path: Path) -> nn.Module:
+def load_gguf_model(config_dir: Path | None, gguf_path: Path) -> nn.Module:
     """A transformers causal LM whose layers multiply straight from `gguf_path`'s blocks;
-    the architecture comes from `config_dir`'s config.json (the file's own metadata names the
-    same shapes, checked tensor by tensor)."""
+    the architecture comes from `config_dir`'s config.json, or (None: a bare .gguf given as
+    the model) from the file's own metadata; shapes are checked tensor by tensor."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    config = AutoConfig.from_pretrained(str(config_dir))
+    if config_dir is None:
+        config = AutoConfig.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+    else:
+        config = AutoConfig.from_pretrained(str(config_dir))
     if config.model_type not in ("qwen2", "llama"):
         raise ValueError(f"native GGUF kernels support qwen2 and llama decoders, not {config.model_type}")
     file = GGUFFile(gguf_path)
