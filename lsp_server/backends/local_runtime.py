@@ -36,7 +36,7 @@ class Runtime:
 def apply_threads(native_models: bool, wanted: int | None) -> int:
     """With native models the kernels' own pool does the heavy work and torch runs the small
     ops on one thread: torch's OpenMP workers, spinning after each op, took the cores the
-    kernels' workers needed (one-off, AMD EPYC Zen 3, 2 cores: a target step 227 ms with
+    kernels' workers needed (one-off, AMD EPYC, avx2 fma, 2 cores: a target step 227 ms with
     torch on 2 threads, 168 ms on 1). Otherwise torch's threads do it all."""
     import os
 
