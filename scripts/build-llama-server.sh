@@ -6,6 +6,10 @@
 #
 # The remote-backend tests (tests/remote) start this server on 127.0.0.1; `bench peers` can use
 # llama-bench. Idempotent: when the cached binary exists and `--version` runs, it does nothing.
+#
+# LLAMA_ISA=avx2 builds llama-bench alone for AVX2 + FMA + F16C with no AVX-512, into
+# <version>-avx2/bin, so that an AVX-512 machine can compare specfill's AVX2 kernels
+# (SPECFILL_KERNEL=avx2) against llama.cpp at the same ISA level (`make llama-bench-avx2`).
 # About 8 minutes on 2 cores the first time, at the lowest CPU priority. Needs cc, c++ and cmake
 # (apt: build-essential cmake) and pip (only to download the sdist from the package registry).
 #
@@ -16,7 +20,16 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VERSION="0.3.36"
 CACHE="${SPECFILL_CACHE:-$HOME/.cache/specfill}"
-DEST="$CACHE/llama-server/$VERSION"
+ISA="${LLAMA_ISA:-native}"
+case "$ISA" in
+  native) DEST="$CACHE/llama-server/$VERSION"; TARGETS="llama-server llama-bench"
+          ISA_FLAGS="-DGGML_NATIVE=ON" ;;
+  avx2)   DEST="$CACHE/llama-server/$VERSION-avx2"; TARGETS="llama-bench"
+          ISA_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+                     -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF
+                     -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF" ;;
+  *) echo "error: LLAMA_ISA must be native or avx2, not '$ISA'" >&2; exit 1 ;;
+esac
 BIN="$DEST/bin"
 PY="${PY:-}"
 if [ -z "$PY" ]; then
@@ -25,10 +38,13 @@ fi
 
 log() { printf '\033[36m[llama-server]\033[0m %s\n' "$*"; }
 
-works() { LD_LIBRARY_PATH="$BIN" "$BIN/llama-server" --version >/dev/null 2>&1; }
+works() {
+  if [ "$ISA" = native ]; then LD_LIBRARY_PATH="$BIN" "$BIN/llama-server" --version >/dev/null 2>&1
+  else LD_LIBRARY_PATH="$BIN" "$BIN/llama-bench" --help >/dev/null 2>&1; fi
+}
 
-if [ -x "$BIN/llama-server" ] && [ -x "$BIN/llama-bench" ] && works; then
-  log "already built: $BIN/llama-server, $BIN/llama-bench"
+if [ -x "$BIN/llama-bench" ] && works; then
+  log "already built ($ISA): $BIN"
   exit 0
 fi
 
@@ -52,23 +68,23 @@ SRC="$WORK/llama_cpp_python-$VERSION/vendor/llama.cpp"
 # network at build time. GGML_NATIVE: the binary is for this machine only (it lives in its cache).
 # Static libraries, so the cached binaries run from anywhere without LD_LIBRARY_PATH.
 JOBS="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
-log "building llama-server and llama-bench (about 8 min on 2 cores, -j$JOBS, nice 19)"
+log "building $TARGETS for $ISA (about 8 min on 2 cores, -j$JOBS, nice 19)"
 start=$(date +%s)
 nice -n 19 cmake -S "$SRC" -B "$WORK/build" -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=ON \
+  -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $ISA_FLAGS \
   -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 || { tail -40 "$WORK/cmake.log" >&2; exit 1; }
-nice -n 19 cmake --build "$WORK/build" -j"$JOBS" --target llama-server llama-bench \
+nice -n 19 cmake --build "$WORK/build" -j"$JOBS" --target $TARGETS \
   >"$WORK/build.log" 2>&1 || { tail -60 "$WORK/build.log" >&2; exit 1; }
 
 # Copy executables and the shared libraries they load (run with LD_LIBRARY_PATH=bin), then swap
 # the directory in whole so a half-copied cache is never mistaken for a build.
 STAGE="$DEST.new"
 rm -rf "$STAGE" && mkdir -p "$STAGE/bin"
-cp -a "$WORK/build/bin/llama-server" "$WORK/build/bin/llama-bench" "$STAGE/bin/"
+for t in $TARGETS; do cp -a "$WORK/build/bin/$t" "$STAGE/bin/"; done
 find "$WORK/build/bin" -maxdepth 1 -name '*.so*' -exec cp -a {} "$STAGE/bin/" \;
 rm -rf "$DEST" && mv "$STAGE" "$DEST"
 log "built in $(( $(date +%s) - start )) s"
-works || { echo "error: $BIN/llama-server --version failed" >&2; exit 1; }
-LD_LIBRARY_PATH="$BIN" "$BIN/llama-server" --version 2>&1 | head -2
-log "llama-server: $BIN/llama-server"
+works || { echo "error: the $ISA build in $BIN does not run" >&2; exit 1; }
+[ "$ISA" = native ] && { LD_LIBRARY_PATH="$BIN" "$BIN/llama-server" --version 2>&1 | head -2
+                         log "llama-server: $BIN/llama-server"; }
 log "llama-bench:  $BIN/llama-bench  (run with LD_LIBRARY_PATH=$BIN)"

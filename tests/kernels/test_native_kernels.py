@@ -99,7 +99,7 @@ def test_dequantize_matches_gguf_bit_for_bit(type_id):
 @pytest.mark.parametrize("type_id", TYPES)
 def test_every_variant_matches_the_scalar_reference_bit_for_bit(type_id, variant):
     qk = BLOCK[type_id][0]
-    for K in ((qk * 3, qk * 11) if qk == 32 else (qk, qk * 3)):  # 11 blocks: 8 + a tail of 3
+    for K in ((qk * 3, qk * 11) if qk == 32 else (qk, qk * 3, qk * 11)):  # 11 blocks: 8 + a tail of 3
         w = random_weights(type_id, 37, K, seed=K + type_id)  # N = 37: not a multiple of the split
         for M in range(1, 18):
             x = random_x(M, K, seed=M)

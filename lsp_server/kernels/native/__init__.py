@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 VARIANTS = ("scalar", "avx2", "avx512", "neon")
 # what each variant needs, as /proc/cpuinfo names it (the C side checks the same)
-NEEDS = {"scalar": (), "avx2": ("avx2", "fma", "f16c"), "avx512": ("avx512f", "avx512bw", "avx512vl"),
+_AVX2 = ("avx2", "fma", "f16c")
+NEEDS = {"scalar": (), "avx2": _AVX2, "avx512": (*_AVX2, "avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
          "neon": ("asimd",)}
 TYPES = {6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # ggml type id -> name
 _ERRORS = {-1: "unsupported type", -2: "bad shape", -3: "NULL pointer", -4: "out of memory"}

@@ -120,7 +120,8 @@ static inline void sf_q4k_scales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[
     }
 }
 
-/* Float work of one K-quant super-block; the row's accumulator adds these in k order.
+/* Float work of one K-quant super-block; super-block i adds it to lane i % 8 of the row's
+ * eight accumulators, which sf_lanes8_sum then folds.
  * d, dmin: the block's fp16 scales as floats (sf_fp16_to_fp32 or any exact conversion).
  * sumi = sum_j sc_j * <q_j, x_j>, summ = sum_j m_j * (bsum of sub-block j), both exact. */
 static inline float sf_q4k_term(float d, float dmin, float xd, int32_t sumi, int32_t summ) {
@@ -134,7 +135,7 @@ static inline float sf_q6k_term(float d, float xd, int32_t sumi) {
     return (d * xd) * (float)sumi;
 }
 
-/* Float work of one 32-value block: lane (b % 8) of 8 accumulators adds it. */
+/* Float work of one 32-value block: lane (i % 8) of 8 accumulators adds it. */
 static inline float sf_q32_term(uint16_t d, float xd, int32_t sumi) {
     return (sf_fp16_to_fp32(d) * xd) * (float)sumi;
 }
@@ -156,7 +157,8 @@ static inline size_t sf_act_bytes_32(int64_t K) { return (size_t)(K / SF_QK32) *
  * rows: y[m * ldy + r] = dot(weight row r, activation row m) for r < nrows, m < M, with
  *   weight row r at w + r * w_row_bytes and activation row m at xq + m * xq_row_bytes.
  *   A variant may order the loops as it likes, but every y[m, n] must come out of the
- *   reference's sequence of float operations (the sf_*_term steps above, added in k order),
+ *   reference's sequence of float operations (the sf_*_term steps above, added to lane
+ *   i % 8 in k order, then sf_lanes8_sum),
  *   so that the value never depends on M, on nrows or on the thread split. */
 typedef void (*sf_quant_fn)(const float *x, int64_t K, void *out);
 typedef void (*sf_rows_fn)(const uint8_t *w, size_t w_row_bytes, int64_t nrows,
@@ -172,6 +174,7 @@ struct sf_kernels {
 extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */
 #if defined(__x86_64__)
 extern const struct sf_kernels sf_kernels_avx2;     /* avx2.c */
+extern const struct sf_kernels sf_kernels_avx512;   /* avx512.c */
 #endif
 
 /* The reference dequantizer (ref.c); the public sf_dequantize_rows checks and calls it. */

@@ -20,6 +20,7 @@ static const struct sf_kernels *const variants[SF_NVARIANTS] = {
     [SF_SCALAR] = &sf_kernels_scalar,
 #if defined(__x86_64__)
     [SF_AVX2] = &sf_kernels_avx2,
+    [SF_AVX512] = &sf_kernels_avx512,
 #endif
 };
 
@@ -37,8 +38,8 @@ static int cpu_runs(int v) {
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
     case SF_AVX512:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl");
+        return cpu_runs(SF_AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 #endif
 #if defined(__aarch64__)
     case SF_NEON:

@@ -103,8 +103,10 @@ static float dot_q5_0(const uint8_t *w, const sf_act_32 *x, int64_t nb) {
     return sf_lanes8_sum(lanes);
 }
 
+/* K-quant super-block i adds its term to lane i % 8, as the 32-value types do, so that a
+ * vector variant keeps eight blocks' float work in one register. */
 static float dot_q4_K(const uint8_t *w, const sf_act_k *x, int64_t nb) {
-    float acc = 0.0f;
+    float lanes[8] = {0};
     for (int64_t i = 0; i < nb; i++) {
         const sf_block_q4_K *b = (const sf_block_q4_K *)(w + i * sizeof *b);
         uint8_t sc[8], mn[8];
@@ -116,13 +118,14 @@ static float dot_q4_K(const uint8_t *w, const sf_act_k *x, int64_t nb) {
             sumi += sc[j] * s;
             summ += mn[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
         }
-        acc += sf_q4k_term(sf_fp16_to_fp32(sf_u16(&b->d)), sf_fp16_to_fp32(sf_u16(&b->dmin)), x[i].d, sumi, summ);
+        lanes[i % 8] += sf_q4k_term(sf_fp16_to_fp32(sf_u16(&b->d)), sf_fp16_to_fp32(sf_u16(&b->dmin)), x[i].d,
+                                    sumi, summ);
     }
-    return acc;
+    return sf_lanes8_sum(lanes);
 }
 
 static float dot_q6_K(const uint8_t *w, const sf_act_k *x, int64_t nb) {
-    float acc = 0.0f;
+    float lanes[8] = {0};
     for (int64_t i = 0; i < nb; i++) {
         const sf_block_q6_K *b = (const sf_block_q6_K *)(w + i * sizeof *b);
         int32_t sumi = 0;
@@ -131,9 +134,9 @@ static float dot_q6_K(const uint8_t *w, const sf_act_k *x, int64_t nb) {
             for (int l = 0; l < 16; l++) s += (q6_K_value(b, 16 * g + l) - 32) * x[i].qs[16 * g + l];
             sumi += b->scales[g] * s;
         }
-        acc += sf_q6k_term(sf_fp16_to_fp32(sf_u16(&b->d)), x[i].d, sumi);
+        lanes[i % 8] += sf_q6k_term(sf_fp16_to_fp32(sf_u16(&b->d)), x[i].d, sumi);
     }
-    return acc;
+    return sf_lanes8_sum(lanes);
 }
 
 /* ---- the row loops: n, then m (the weight row stays in L1 for every activation row) ---- */

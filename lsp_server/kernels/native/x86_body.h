@@ -1,0 +1,374 @@
+/* The x86 kernels, compiled once per ISA: avx2.c and avx512.c each set a target pragma and
+ * SF_X86_VNNI, then include this file. Bit-identical to ref.c: the integer work is exact
+ * (any order, and VNNI's fused multiply-adds give the same int32 as maddubs + madd, which
+ * cannot saturate here), and the float work per block is the shared sf_*_term code of
+ * blocks.h, in the same k order (for the 32-value types, 8 blocks per register = the
+ * reference's 8 lanes). dispatch.c only runs a variant where the CPU has its flags. */
+#ifndef SF_X86_BODY_H
+#define SF_X86_BODY_H
+
+#include <immintrin.h>
+
+/* sum += <16-bit pairs of p, 16-bit pairs of s> per int32 lane (madd, then add) */
+#if SF_X86_VNNI
+#define SF_MADD_ADD(sum, p, s) _mm256_dpwssd_epi32((sum), (p), (s))
+#else
+#define SF_MADD_ADD(sum, p, s) _mm256_add_epi32((sum), _mm256_madd_epi16((p), (s)))
+#endif
+
+/* ---- small helpers ---- */
+
+static inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* lane b = sum of the 8 lanes of s[b] */
+static inline __m256i hsum8_i32(const __m256i s[8]) {
+    const __m256i h01 = _mm256_hadd_epi32(s[0], s[1]), h23 = _mm256_hadd_epi32(s[2], s[3]);
+    const __m256i h45 = _mm256_hadd_epi32(s[4], s[5]), h67 = _mm256_hadd_epi32(s[6], s[7]);
+    const __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+static inline __m256i loadu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* ---- activations: ref_quant_block, 8 floats at a time ---- */
+
+static float quant_block(const float *x, int n, int8_t *q) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 vmax = _mm256_setzero_ps(), vnan = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        vmax = _mm256_max_ps(vmax, _mm256_andnot_ps(sign, v));
+    }
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    const float amax = _mm_cvtss_f32(m);  /* a max is exact in any order */
+    if (_mm256_movemask_ps(vnan) || amax == __builtin_inff()) {
+        memset(q, 0, (size_t)n);
+        return __builtin_nanf("");
+    }
+    if (amax < SF_ACT_TINY) {
+        memset(q, 0, (size_t)n);
+        return 0.0f;
+    }
+    const float d = amax / 127.0f;
+    const float id = 1.0f / d;
+    const __m256 vid = _mm256_set1_ps(id);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    for (int i = 0; i < n; i += 32) {
+        /* cvtps rounds in the current mode, as nearbyintf does */
+        const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vid));
+        const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), vid));
+        const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 16), vid));
+        const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 24), vid));
+        const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, order));
+    }
+    return d;
+}
+
+static void quant_k(const float *x, int64_t K, void *out) {
+    sf_act_k *b = out;
+    for (int64_t i = 0; i < K / SF_QKK; i++, x += SF_QKK) {
+        memset(&b[i], 0, sizeof b[i]);
+        b[i].d = quant_block(x, SF_QKK, b[i].qs);
+        for (int j = 0; j < 16; j++) {
+            int s = 0;
+            for (int l = 0; l < 16; l++) s += b[i].qs[16 * j + l];
+            b[i].bsums[j] = (int16_t)s;
+        }
+    }
+}
+
+static void quant_32(const float *x, int64_t K, void *out) {
+    sf_act_32 *b = out;
+    for (int64_t i = 0; i < K / SF_QK32; i++, x += SF_QK32) b[i].d = quant_block(x, SF_QK32, b[i].qs);
+}
+
+/* ---- Q8_0 / Q5_0: 32 signed weights of one block in a register ---- */
+
+static inline __m256i q8_0_weights(const uint8_t *blk) {
+    return loadu(((const sf_block_q8_0 *)blk)->qs);
+}
+
+static inline __m256i q5_0_weights(const uint8_t *blk) {
+    const sf_block_q5_0 *b = (const sf_block_q5_0 *)blk;
+    const __m128i qs = _mm_loadu_si128((const __m128i *)b->qs);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m256i lo = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
+    uint32_t qh;
+    memcpy(&qh, b->qh, sizeof qh);
+    /* byte i <- byte i/8 of qh, then test bit i%8 */
+    const __m256i spread = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh),
+        _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ULL);
+    const __m256i hi = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+    const __m256i q = _mm256_or_si256(lo, _mm256_and_si256(hi, _mm256_set1_epi8(0x10)));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+}
+
+/* <w, x> of one block as 8 int32 partial sums; w signed (|w| <= 128), x in [-127, 127]:
+ * |w| * (x * sign w) in maddubs cannot saturate (2 * 128 * 127 < 32767). */
+static inline __m256i dot32_partial(__m256i w, const int8_t *xq) {
+#if SF_X86_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_abs_epi8(w), _mm256_sign_epi8(loadu(xq), w));
+#else
+    const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(loadu(xq), w));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+#endif
+}
+
+static inline __attribute__((always_inline)) float
+dot32(const uint8_t *w, size_t bsize, const sf_act_32 *x, int64_t nb, int q5) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= nb; i += 8) {
+        __m256i s[8];
+        uint16_t d[8];
+        for (int b = 0; b < 8; b++) {
+            const uint8_t *blk = w + (size_t)(i + b) * bsize;
+            s[b] = dot32_partial(q5 ? q5_0_weights(blk) : q8_0_weights(blk), x[i + b].qs);
+            d[b] = sf_u16(blk);
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
+        const __m256 dx = _mm256_setr_ps(x[i].d, x[i + 1].d, x[i + 2].d, x[i + 3].d,
+                                         x[i + 4].d, x[i + 5].d, x[i + 6].d, x[i + 7].d);
+        /* sf_q32_term, 8 lanes: (d_w * d_x) * (float) sumi */
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(hsum8_i32(s))));
+    }
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    for (; i < nb; i++) {
+        const uint8_t *blk = w + (size_t)i * bsize;
+        const int32_t s = hsum_i32(dot32_partial(q5 ? q5_0_weights(blk) : q8_0_weights(blk), x[i].qs));
+        lanes[i % 8] += sf_q32_term(sf_u16(blk), x[i].d, s);
+    }
+    return sf_lanes8_sum(lanes);
+}
+
+static void rows_q8_0(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,
+                      size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {
+    for (int64_t r = 0; r < nrows; r++)
+        for (int64_t m = 0; m < M; m++)
+            y[m * ldy + r] = dot32(w + r * wrb, sizeof(sf_block_q8_0), (const sf_act_32 *)(xq + m * xrb), K / SF_QK32, 0);
+}
+
+static void rows_q5_0(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,
+                      size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {
+    for (int64_t r = 0; r < nrows; r++)
+        for (int64_t m = 0; m < M; m++)
+            y[m * ldy + r] = dot32(w + r * wrb, sizeof(sf_block_q5_0), (const sf_act_32 *)(xq + m * xrb), K / SF_QK32, 1);
+}
+
+/* ---- Q4_K ---- */
+
+/* The 8 scales and 8 mins of a super-block (sf_q4k_scales, on 32-bit words) as int16:
+ * scales in both 128-bit lanes, and each min twice ([m0, m0, m1, m1, ...]) to meet the
+ * activation block sums, which come in pairs per 32-value sub-block. */
+static inline void q4k_scales16(const uint8_t s[12], __m256i *sc, __m256i *mn2) {
+    uint32_t u[3];
+    memcpy(u, s, sizeof u);
+    const uint32_t sc03 = u[0] & 0x3f3f3f3fu, mn03 = u[1] & 0x3f3f3f3fu;
+    const uint32_t sc47 = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+    const uint32_t mn47 = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    const __m128i sc8 = _mm_cvtepu8_epi16(_mm_setr_epi32((int)sc03, (int)sc47, 0, 0));
+    const __m128i mn8 = _mm_cvtepu8_epi16(_mm_setr_epi32((int)mn03, (int)mn47, 0, 0));
+    *sc = _mm256_broadcastsi128_si256(sc8);
+    *mn2 = _mm256_set_m128i(_mm_unpackhi_epi16(mn8, mn8), _mm_unpacklo_epi16(mn8, mn8));
+}
+
+/* int16 word j of a 128-bit lane, in every word */
+#define Q4K_WORD(j) _mm256_set1_epi16((short)((2 * (j)) | ((2 * (j) + 1) << 8)))
+
+/* R activation rows against one weight row, so that each super-block's weights and scales
+ * are unpacked once for R rows. Each y[m, n] still gets its own exact integers and the
+ * reference's float steps: R changes which rows share an unpack, never a value. R is a
+ * constant at every call (1..SF_X86_RMAX), so the loops over R unroll into registers.
+ *
+ * Super-blocks go in groups of 8: block b of a group leaves its int32 partial sums in
+ * part[k][b] (8 lanes, on the stack), hsum8_i32 reduces the group's 8 vectors at once into
+ * one lane per block, and the float work of the 8 blocks is one vector operation per step
+ * (lane b = the reference's lane i % 8). A group of fewer than 8 (the end of a row) adds
+ * only its own lanes, so an untouched lane stays +0.0 as in the reference. */
+#define SF_ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* lanes b < n all ones */
+static inline __m256 first_lanes(int n) {
+    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)));
+}
+
+SF_ALWAYS_INLINE __m256 add_lanes(__m256 acc, __m256 t, int n) {
+    return n == 8 ? _mm256_add_ps(acc, t) : _mm256_blendv_ps(acc, _mm256_add_ps(acc, t), first_lanes(n));
+}
+
+/* lane b = x[i0 + b].d for b < n, else 0 */
+SF_ALWAYS_INLINE __m256 act_scales(const sf_act_k *x, int64_t i0, int n) {
+    float d[8] = {0};
+    for (int b = 0; b < n; b++) d[b] = x[i0 + b].d;
+    return _mm256_loadu_ps(d);
+}
+
+static inline __m256 fp16x8(const uint16_t h[8]) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)h)); }
+
+SF_ALWAYS_INLINE void store_lanes_sum(const __m256 *acc, int R, float *out) {
+    for (int k = 0; k < R; k++) {
+        float lanes[8];
+        _mm256_storeu_ps(lanes, acc[k]);
+        out[k] = sf_lanes8_sum(lanes);
+    }
+}
+
+/* sumi = sum_j sc_j * <q_j, x_j>; nibbles x int8 in maddubs cannot saturate (2*15*127);
+ * summ = sum_j m_j * (bsums 2j + 2j+1) */
+SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *const *x, int R, int64_t nb,
+                                    float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[SF_X86_RMAX];
+    for (int k = 0; k < R; k++) acc[k] = _mm256_setzero_ps();
+    for (int64_t i0 = 0; i0 < nb; i0 += 8) {
+        const int n = nb - i0 < 8 ? (int)(nb - i0) : 8;
+        __m256i part[SF_X86_RMAX][8], mins[SF_X86_RMAX][8];
+        uint16_t dh[8] = {0}, mh[8] = {0};
+        for (int b = 0; b < n; b++) {
+            const sf_block_q4_K *blk = &row[i0 + b];
+            __m256i sc, mn2, sum[SF_X86_RMAX];
+            q4k_scales16(blk->scales, &sc, &mn2);
+            for (int k = 0; k < R; k++) sum[k] = _mm256_setzero_si256();
+            for (int g = 0; g < 4; g++) {
+                const __m256i q = loadu(blk->qs + 32 * g);
+                const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                const __m256i slo = _mm256_shuffle_epi8(sc, Q4K_WORD(2 * g)), shi = _mm256_shuffle_epi8(sc, Q4K_WORD(2 * g + 1));
+                for (int k = 0; k < R; k++) {
+                    const int8_t *xq = x[k][i0 + b].qs + 64 * g;
+                    sum[k] = SF_MADD_ADD(sum[k], _mm256_maddubs_epi16(lo, loadu(xq)), slo);
+                    sum[k] = SF_MADD_ADD(sum[k], _mm256_maddubs_epi16(hi, loadu(xq + 32)), shi);
+                }
+            }
+            for (int k = 0; k < R; k++) {
+                part[k][b] = sum[k];
+                mins[k][b] = _mm256_madd_epi16(mn2, loadu(x[k][i0 + b].bsums));
+            }
+            dh[b] = sf_u16(&blk->d);
+            mh[b] = sf_u16(&blk->dmin);
+        }
+        for (int b = n; b < 8; b++)
+            for (int k = 0; k < R; k++) part[k][b] = mins[k][b] = _mm256_setzero_si256();
+        const __m256 d = fp16x8(dh), dmin = fp16x8(mh);
+        for (int k = 0; k < R; k++) {
+            /* sf_q4k_term, 8 blocks: (d * xd) * (float) sumi - (dmin * xd) * (float) summ */
+            const __m256 xd = act_scales(x[k], i0, n);
+            const __m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(hsum8_i32(part[k]))),
+                                           _mm256_mul_ps(_mm256_mul_ps(dmin, xd), _mm256_cvtepi32_ps(hsum8_i32(mins[k]))));
+            acc[k] = add_lanes(acc[k], t, n);
+        }
+    }
+    store_lanes_sum(acc, R, out);
+}
+
+/* One weight row at a time (it stays in L1), all M activation rows, up to SF_X86_RMAX at a
+ * time (9 rows: 8 + 1). */
+/* a constant R for each case; the cases above SF_X86_RMAX never run (clamped to compile) */
+#define SF_R(n) ((n) < SF_X86_RMAX ? (n) : SF_X86_RMAX)
+#define SF_DOT_R(DOT, row, x, R, nb, out)                                                      \
+    switch (R) {                                                                               \
+    case 1: DOT(row, x, 1, nb, out); break;                                                    \
+    case 2: DOT(row, x, SF_R(2), nb, out); break;                                              \
+    case 3: DOT(row, x, SF_R(3), nb, out); break;                                              \
+    case 4: DOT(row, x, SF_R(4), nb, out); break;                                              \
+    case 5: DOT(row, x, SF_R(5), nb, out); break;                                              \
+    case 6: DOT(row, x, SF_R(6), nb, out); break;                                              \
+    case 7: DOT(row, x, SF_R(7), nb, out); break;                                              \
+    default: DOT(row, x, SF_R(8), nb, out); break;                                             \
+    }
+
+#define ROWS_BY_R(NAME, DOT, BLOCK)                                                            \
+    static void NAME(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,           \
+                     size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {                \
+        const int64_t nb = K / SF_QKK;                                                         \
+        for (int64_t r = 0; r < nrows; r++) {                                                  \
+            const BLOCK *row = (const BLOCK *)(w + r * wrb);                                   \
+            const sf_act_k *x[SF_X86_RMAX];                                                    \
+            float out[SF_X86_RMAX];                                                            \
+            for (int64_t m = 0; m < M;) {                                                      \
+                const int R = M - m >= SF_X86_RMAX ? SF_X86_RMAX : (int)(M - m);               \
+                for (int k = 0; k < R; k++) x[k] = (const sf_act_k *)(xq + (m + k) * xrb);     \
+                SF_DOT_R(DOT, row, x, R, nb, out)                                              \
+                for (int k = 0; k < R; k++) y[(m + k) * ldy + r] = out[k];                     \
+                m += R;                                                                        \
+            }                                                                                  \
+        }                                                                                      \
+    }
+
+ROWS_BY_R(rows_q4_K, dot_q4_K_rows, sf_block_q4_K)
+
+/* ---- Q6_K ---- */
+
+/* sum_g scale_g * <q_g - 32, x_g> of one super-block, as sum scale*<q, x> - 32 sum scale*bsum;
+ * q in 0..63 x int8 in maddubs cannot saturate (2*63*127). */
+SF_ALWAYS_INLINE void dot_q6_K_rows(const sf_block_q6_K *row, const sf_act_k *const *x, int R, int64_t nb,
+                                    float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[SF_X86_RMAX];
+    for (int k = 0; k < R; k++) acc[k] = _mm256_setzero_ps();
+    for (int64_t i0 = 0; i0 < nb; i0 += 8) {
+        const int n = nb - i0 < 8 ? (int)(nb - i0) : 8;
+        __m256i part[SF_X86_RMAX][8];
+        uint16_t dh[8] = {0};
+        for (int b = 0; b < n; b++) {
+            const sf_block_q6_K *blk = &row[i0 + b];
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
+            __m256i sum[SF_X86_RMAX];
+            for (int k = 0; k < R; k++) sum[k] = _mm256_setzero_si256();
+            for (int h = 0; h < 2; h++) {
+                const __m256i A = loadu(blk->ql + 64 * h), B = loadu(blk->ql + 64 * h + 32), H = loadu(blk->qh + 32 * h);
+                /* scales 8h..8h+7 in both lanes */
+                const __m256i sc = h ? _mm256_permute2x128_si256(sc16, sc16, 0x11) : _mm256_permute2x128_si256(sc16, sc16, 0x00);
+                __m256i q[4];
+                q[0] = _mm256_or_si256(_mm256_and_si256(A, m4), _mm256_slli_epi16(_mm256_and_si256(H, _mm256_set1_epi8(0x03)), 4));
+                q[1] = _mm256_or_si256(_mm256_and_si256(B, m4), _mm256_slli_epi16(_mm256_and_si256(H, _mm256_set1_epi8(0x0c)), 2));
+                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(A, 4), m4), _mm256_and_si256(H, _mm256_set1_epi8(0x30)));
+                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(B, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(H, 2), _mm256_set1_epi8(0x30)));
+                for (int j = 0; j < 4; j++) {
+                    /* values 128h + 32j..: groups 8h + 2j (low lane) and 8h + 2j + 1 (high lane) */
+                    const char a = (char)(4 * j), c = (char)(4 * j + 2);
+                    const __m256i pick = _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
+                                                          c, c + 1, c, c + 1, c, c + 1, c, c + 1, c, c + 1, c, c + 1, c, c + 1, c, c + 1);
+                    const __m256i s = _mm256_shuffle_epi8(sc, pick);
+                    for (int k = 0; k < R; k++)
+                        sum[k] = SF_MADD_ADD(sum[k], _mm256_maddubs_epi16(q[j], loadu(x[k][i0 + b].qs + 128 * h + 32 * j)), s);
+                }
+            }
+            /* minus 32 * sum_g scale_g * bsum_g, still exact in int32 lanes */
+            for (int k = 0; k < R; k++)
+                part[k][b] = _mm256_sub_epi32(sum[k], _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu(x[k][i0 + b].bsums)), 5));
+            dh[b] = sf_u16(&blk->d);
+        }
+        for (int b = n; b < 8; b++)
+            for (int k = 0; k < R; k++) part[k][b] = _mm256_setzero_si256();
+        const __m256 d = fp16x8(dh);
+        for (int k = 0; k < R; k++) {
+            /* sf_q6k_term, 8 blocks: (d * xd) * (float) sumi */
+            const __m256 t = _mm256_mul_ps(_mm256_mul_ps(d, act_scales(x[k], i0, n)), _mm256_cvtepi32_ps(hsum8_i32(part[k])));
+            acc[k] = add_lanes(acc[k], t, n);
+        }
+    }
+    store_lanes_sum(acc, R, out);
+}
+
+ROWS_BY_R(rows_q6_K, dot_q6_K_rows, sf_block_q6_K)
+
+#define SF_X86_KERNELS(NAME)                                                                   \
+    {                                                                                          \
+        .name = NAME, .quant_k = quant_k, .quant_32 = quant_32, .q8_0 = rows_q8_0,             \
+        .q5_0 = rows_q5_0, .q4_K = rows_q4_K, .q6_K = rows_q6_K,                               \
+    }
+
+#endif /* SF_X86_BODY_H */
