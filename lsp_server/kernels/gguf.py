@@ -110,6 +110,7 @@ class GGUFLinear(nn.Module):
         self.type_id, self.in_features, self.out_features = type_id, in_features, blocks.shape[0]
         self.blocks = blocks  # a plain attribute: a view of the file map, not state to save
         self.bias = bias
+        self._weight = native.Weight(type_id, blocks, in_features) if native.available() else None
 
     @classmethod
     def from_file(cls, file: GGUFFile, name: str, bias: bool) -> GGUFLinear:
@@ -131,13 +132,17 @@ class GGUFLinear(nn.Module):
         return native.dequantize(self.type_id, self.blocks, self.in_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._weight is None:
+            raise RuntimeError(native.why_unavailable())
         flat = x.reshape(-1, self.in_features)
-        if flat.dtype != torch.float32 or not flat.is_contiguous():
-            flat = flat.to(torch.float32).contiguous()  # [M, K]
-        y = native.matmul(self.type_id, self.blocks, flat)  # [M, N]
+        if flat.dtype != torch.float32 or not flat.is_contiguous() or flat.device.type != "cpu":
+            flat = flat.to("cpu", torch.float32).contiguous()  # [M, K]
+        y = self._weight.matmul(flat, torch.empty(flat.shape[0], self.out_features))  # [M, N] fp32
         if self.bias is not None:
             y += self.bias
-        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        if x.dtype != torch.float32:
+            y = y.to(x.dtype)
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
