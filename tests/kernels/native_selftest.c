@@ -2,7 +2,7 @@
  * no Python. Built from the C sources alone, so it also runs cross-compiled under qemu:
  *
  *   cc -O2 -ffp-contract=off -pthread -I lsp_server/kernels/native tests/kernels/native_selftest.c \
- *      lsp_server/kernels/native/{ref,avx2,dispatch}.c -lm && ./a.out
+ *      lsp_server/kernels/native/{ref,avx2,avx512,dispatch}.c -lm && ./a.out
  *
  * Prints "N passed, M failed" and exits non-zero when anything failed. */
 #include <math.h>
@@ -37,7 +37,7 @@ static void put16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
 static void fill_weights(int type, uint8_t *w, size_t bytes) {
     for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd();
-    const size_t bs = type == SF_Q8_0 ? 34 : type == SF_Q5_0 ? 22 : type == SF_Q4_K ? 144 : 210;
+    const size_t bs = type == SF_Q8_0 ? 34 : type == SF_Q5_0 ? 22 : type == SF_Q4_0 ? 18 : type == SF_Q4_K ? 144 : 210;
     for (size_t b = 0; b + bs <= bytes; b += bs) {
         if (type == SF_Q6_K) put16(w + b + 208, rnd_fp16());
         else put16(w + b, rnd_fp16());
@@ -108,8 +108,8 @@ static void run_case(int type, int64_t N, int64_t K, int64_t M) {
 static void run_specials(void) {
     /* a NaN or an infinity in a row reaches its outputs in every variant */
     const int64_t K = 512, N = 5;
-    const int types[] = {SF_Q8_0, SF_Q5_0, SF_Q4_K, SF_Q6_K};
-    for (size_t t = 0; t < 4; t++) {
+    const int types[] = {SF_Q8_0, SF_Q5_0, SF_Q4_0, SF_Q4_K, SF_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const size_t rb = sf_row_bytes(types[t], K);
         uint8_t *w = malloc(N * rb);
         float x[3 * 512], y[3 * 5];
@@ -138,8 +138,8 @@ static void run_specials(void) {
 }
 
 int main(void) {
-    const int types[] = {SF_Q8_0, SF_Q5_0, SF_Q4_K, SF_Q6_K};
-    for (size_t t = 0; t < 4; t++) {
+    const int types[] = {SF_Q8_0, SF_Q5_0, SF_Q4_0, SF_Q4_K, SF_Q6_K};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const int64_t qk = sf_block_values(types[t]);
         const int64_t Ks[] = {qk, qk * 3, qk * 11};  /* 11 blocks: a group of 8 and a tail of 3 */
         const int64_t Ns[] = {1, 7, 37, 300, 1000};

@@ -22,9 +22,9 @@ needs_lib = pytest.mark.skipif(not native.available(), reason=native.why_unavail
 
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE_DIR = ROOT / "lsp_server" / "kernels" / "native"
-TYPES = sorted(native.TYPES)  # ggml ids: 6 Q5_0, 8 Q8_0, 12 Q4_K, 14 Q6_K
-BLOCK = {6: (32, 22), 8: (32, 34), 12: (256, 144), 14: (256, 210)}  # values, bytes
-FP16_FIELDS = {6: (0,), 8: (0,), 12: (0, 2), 14: (208,)}  # byte offsets of fp16 scales in a block
+TYPES = sorted(native.TYPES)  # ggml ids: 2 Q4_0, 6 Q5_0, 8 Q8_0, 12 Q4_K, 14 Q6_K
+BLOCK = {2: (32, 18), 6: (32, 22), 8: (32, 34), 12: (256, 144), 14: (256, 210)}  # values, bytes
+FP16_FIELDS = {2: (0,), 6: (0,), 8: (0,), 12: (0, 2), 14: (208,)}  # byte offsets of fp16 scales in a block
 # relative (Frobenius) error against the float64 product with the dequantized weights,
 # measured 0.0053 (Q8_0), 0.0057 (Q5_0), 0.0077 (Q4_K), 0.0079 (Q6_K) on these inputs: the
 # int8 activations (one scale per 32 or 256 values) are the whole error
@@ -214,7 +214,7 @@ def test_bad_shapes_and_tensors_are_refused():
     with pytest.raises(ValueError, match="out must be"):
         native.matmul(12, w, torch.zeros(2, 512), out=torch.empty(2, 5))
     with pytest.raises(ValueError, match="not supported"):
-        native.matmul(2, w, torch.zeros(1, 512))
+        native.matmul(3, w, torch.zeros(1, 512))  # Q4_1
     with pytest.raises(ValueError, match="multiple"):
         native.dequantize(8, random_weights(8, 2, 64, seed=0), 48)
     with pytest.raises(ValueError, match="threads"):

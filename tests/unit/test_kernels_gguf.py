@@ -23,7 +23,7 @@ from tests.tiny_models import CharTokenizer, qwen2_for_fusing
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.why_unavailable()}")
 
-Q8_0, Q5_0 = 8, 6
+Q8_0, Q5_0, Q4_0 = 8, 6, 2
 
 
 def write_gguf(model: torch.nn.Module, path: Path, types: dict[str, int] | None = None) -> None:
@@ -66,7 +66,8 @@ def dequantized_twin(model: torch.nn.Module, path: Path) -> torch.nn.Module:
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp("gguf")
     made = {}
-    for role, seed, types in (("target", 0, {"blk.0.attn_v.weight": Q5_0, "blk.1.ffn_down.weight": Q5_0}),
+    for role, seed, types in (("target", 0, {"blk.0.attn_v.weight": Q5_0, "blk.1.ffn_down.weight": Q5_0,
+                                                  "blk.1.attn_output.weight": Q4_0}),
                               ("draft", 7, None)):
         model = qwen2_for_fusing(seed)
         model.config.save_pretrained(root / role)
@@ -84,7 +85,7 @@ def test_every_matrix_stays_in_its_blocks_and_norms_and_biases_are_the_files_flo
     model = load(files, "target")
     linears = [m for m in model.modules() if isinstance(m, GGUFLinear)]
     assert len(linears) == 2 * 7 + 1
-    assert {m.type_id for m in linears} == {Q8_0, Q5_0}
+    assert {m.type_id for m in linears} == {Q8_0, Q5_0, Q4_0}
     assert model.model.layers[0].self_attn.v_proj.type_id == Q5_0
     assert isinstance(model.model.embed_tokens, GGUFEmbedding)
     assert all(p.dtype == torch.float32 and not p.is_meta for p in model.parameters())

@@ -1,5 +1,5 @@
 """The native kernel library (specfill_kernels.h) through ctypes: y [M, N] = x [M, K] . W^T
-with W in GGUF quantized blocks (Q8_0, Q5_0, Q4_K, Q6_K), rows independent and every
+with W in GGUF quantized blocks (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K), rows independent and every
 variant bit-identical to the scalar reference.
 
 Built by `pip install -e .` (setup.py) as `_native*.so` beside this file. Importing this
@@ -26,7 +26,7 @@ VARIANTS = ("scalar", "avx2", "avx512", "neon")
 _AVX2 = ("avx2", "fma", "f16c")
 NEEDS = {"scalar": (), "avx2": _AVX2, "avx512": (*_AVX2, "avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
          "neon": ("asimd",)}
-TYPES = {6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # ggml type id -> name
+TYPES = {2: "Q4_0", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # ggml type id -> name
 _ERRORS = {-1: "unsupported type", -2: "bad shape", -3: "NULL pointer", -4: "out of memory"}
 _SIMD_FLAG_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "asimd", "neon", "sve", "fphp", "amx")
 

@@ -17,7 +17,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#define SF_QK32 32   /* values per Q8_0 / Q5_0 block */
+#define SF_QK32 32   /* values per Q8_0 / Q5_0 / Q4_0 block */
 #define SF_QKK 256   /* values per K-quant super-block */
 
 /* ---- weight blocks, as stored in a GGUF file. Multi-byte fields are read with memcpy
@@ -27,6 +27,11 @@ typedef struct {
     uint16_t d;          /* fp16 */
     int8_t qs[32];       /* w = d * q */
 } sf_block_q8_0;
+
+typedef struct {
+    uint16_t d;          /* fp16 */
+    uint8_t qs[16];      /* low nibble = value i, high nibble = value i + 16 */
+} sf_block_q4_0;         /* w = d * (q - 8) */
 
 typedef struct {
     uint16_t d;          /* fp16 */
@@ -50,6 +55,7 @@ typedef struct {
 
 _Static_assert(sizeof(sf_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(sf_block_q5_0) == 22, "Q5_0 block is 22 bytes");
+_Static_assert(sizeof(sf_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(sf_block_q4_K) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(sf_block_q6_K) == 210, "Q6_K block is 210 bytes");
 
@@ -66,7 +72,7 @@ typedef struct {
 typedef struct {
     float d;
     int8_t qs[32];
-} sf_act_32;             /* for Q8_0 / Q5_0 weights */
+} sf_act_32;             /* for Q8_0 / Q5_0 / Q4_0 weights */
 
 _Static_assert(sizeof(sf_act_k) == 320, "K activation block is 320 bytes");
 _Static_assert(sizeof(sf_act_32) == 36, "32 activation block is 36 bytes");
@@ -168,7 +174,7 @@ typedef void (*sf_rows_fn)(const uint8_t *w, size_t w_row_bytes, int64_t nrows,
 struct sf_kernels {
     const char *name;
     sf_quant_fn quant_k, quant_32;
-    sf_rows_fn q8_0, q5_0, q4_K, q6_K;
+    sf_rows_fn q8_0, q5_0, q4_0, q4_K, q6_K;
 };
 
 extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */

@@ -268,7 +268,7 @@ int sf_get_threads(void) {
 
 static int64_t block_values(int type) {
     switch (type) {
-    case SF_Q8_0: case SF_Q5_0: return SF_QK32;
+    case SF_Q8_0: case SF_Q5_0: case SF_Q4_0: return SF_QK32;
     case SF_Q4_K: case SF_Q6_K: return SF_QKK;
     default: return 0;
     }
@@ -278,6 +278,7 @@ static size_t block_bytes(int type) {
     switch (type) {
     case SF_Q8_0: return sizeof(sf_block_q8_0);
     case SF_Q5_0: return sizeof(sf_block_q5_0);
+    case SF_Q4_0: return sizeof(sf_block_q4_0);
     case SF_Q4_K: return sizeof(sf_block_q4_K);
     case SF_Q6_K: return sizeof(sf_block_q6_K);
     default: return 0;
@@ -305,6 +306,7 @@ static sf_rows_fn rows_fn(const struct sf_kernels *k, int type) {
     switch (type) {
     case SF_Q8_0: return k->q8_0;
     case SF_Q5_0: return k->q5_0;
+    case SF_Q4_0: return k->q4_0;
     case SF_Q4_K: return k->q4_K;
     case SF_Q6_K: return k->q6_K;
     default: return NULL;

@@ -65,6 +65,10 @@ static int q5_0_value(const sf_block_q5_0 *b, int v) {
     return (lo | (int)(((qh >> v) & 1u) << 4)) - 16;
 }
 
+static int q4_0_value(const sf_block_q4_0 *b, int v) {
+    return (v < 16 ? (b->qs[v] & 0x0f) : (b->qs[v - 16] >> 4)) - 8;
+}
+
 static int q4_K_value(const sf_block_q4_K *b, int v) {  /* unsigned nibble, 0..15 */
     const int j = v / 32, l = v % 32;
     const uint8_t byte = b->qs[32 * (j / 2) + l];
@@ -81,27 +85,21 @@ static int q6_K_value(const sf_block_q6_K *b, int v) {  /* 0..63, before the -32
 
 /* ---- one weight row . one activation row ---- */
 
-static float dot_q8_0(const uint8_t *w, const sf_act_32 *x, int64_t nb) {
-    float lanes[8] = {0};
-    for (int64_t i = 0; i < nb; i++) {
-        const sf_block_q8_0 *b = (const sf_block_q8_0 *)(w + i * sizeof *b);
-        int32_t s = 0;
-        for (int v = 0; v < 32; v++) s += q8_0_value(b, v) * x[i].qs[v];
-        lanes[i % 8] += sf_q32_term(sf_u16(&b->d), x[i].d, s);
+#define REF_DOT32(NAME, BLOCK, VALUE)                                                      \
+    static float NAME(const uint8_t *w, const sf_act_32 *x, int64_t nb) {                   \
+        float lanes[8] = {0};                                                               \
+        for (int64_t i = 0; i < nb; i++) {                                                  \
+            const BLOCK *b = (const BLOCK *)(w + i * sizeof *b);                            \
+            int32_t s = 0;                                                                  \
+            for (int v = 0; v < 32; v++) s += VALUE(b, v) * x[i].qs[v];                     \
+            lanes[i % 8] += sf_q32_term(sf_u16(&b->d), x[i].d, s);                          \
+        }                                                                                   \
+        return sf_lanes8_sum(lanes);                                                        \
     }
-    return sf_lanes8_sum(lanes);
-}
 
-static float dot_q5_0(const uint8_t *w, const sf_act_32 *x, int64_t nb) {
-    float lanes[8] = {0};
-    for (int64_t i = 0; i < nb; i++) {
-        const sf_block_q5_0 *b = (const sf_block_q5_0 *)(w + i * sizeof *b);
-        int32_t s = 0;
-        for (int v = 0; v < 32; v++) s += q5_0_value(b, v) * x[i].qs[v];
-        lanes[i % 8] += sf_q32_term(sf_u16(&b->d), x[i].d, s);
-    }
-    return sf_lanes8_sum(lanes);
-}
+REF_DOT32(dot_q8_0, sf_block_q8_0, q8_0_value)
+REF_DOT32(dot_q5_0, sf_block_q5_0, q5_0_value)
+REF_DOT32(dot_q4_0, sf_block_q4_0, q4_0_value)
 
 /* K-quant super-block i adds its term to lane i % 8, as the 32-value types do, so that a
  * vector variant keeps eight blocks' float work in one register. */
@@ -151,6 +149,7 @@ static float dot_q6_K(const uint8_t *w, const sf_act_k *x, int64_t nb) {
 
 REF_ROWS(rows_q8_0, dot_q8_0, sf_act_32, SF_QK32)
 REF_ROWS(rows_q5_0, dot_q5_0, sf_act_32, SF_QK32)
+REF_ROWS(rows_q4_0, dot_q4_0, sf_act_32, SF_QK32)
 REF_ROWS(rows_q4_K, dot_q4_K, sf_act_k, SF_QKK)
 REF_ROWS(rows_q6_K, dot_q6_K, sf_act_k, SF_QKK)
 
@@ -160,6 +159,7 @@ const struct sf_kernels sf_kernels_scalar = {
     .quant_32 = ref_quant_32,
     .q8_0 = rows_q8_0,
     .q5_0 = rows_q5_0,
+    .q4_0 = rows_q4_0,
     .q4_K = rows_q4_K,
     .q6_K = rows_q6_K,
 };
@@ -180,6 +180,13 @@ void sf_ref_dequantize_row(int type, const uint8_t *w, int64_t K, float *out) {
             const sf_block_q5_0 *b = (const sf_block_q5_0 *)(w + i * sizeof *b);
             const float d = sf_fp16_to_fp32(sf_u16(&b->d));
             for (int v = 0; v < 32; v++) out[v] = d * (float)q5_0_value(b, v);
+        }
+        break;
+    case SF_Q4_0:
+        for (int64_t i = 0; i < K / SF_QK32; i++, out += SF_QK32) {
+            const sf_block_q4_0 *b = (const sf_block_q4_0 *)(w + i * sizeof *b);
+            const float d = sf_fp16_to_fp32(sf_u16(&b->d));
+            for (int v = 0; v < 32; v++) out[v] = d * (float)q4_0_value(b, v);
         }
         break;
     case SF_Q4_K:

@@ -5,7 +5,7 @@
  * whatever M is and whatever the thread count is (threads split N, never K), so an M-row
  * call equals M one-row calls bit for bit, and every variant equals the scalar reference
  * bit for bit. Activations are quantized to int8 per row inside the call (blocks of 256 for
- * K-quant weights, of 32 for Q8_0 / Q5_0); all integer work is exact.
+ * K-quant weights, of 32 for Q8_0 / Q5_0 / Q4_0); all integer work is exact.
  *
  * Knows nothing of torch or Python. One caller at a time runs (concurrent calls serialize
  * on an internal lock); the library owns a small persistent thread pool. */
@@ -19,7 +19,7 @@
 extern "C" {
 #endif
 
-enum sf_type { SF_Q5_0 = 6, SF_Q8_0 = 8, SF_Q4_K = 12, SF_Q6_K = 14 };  /* ggml type ids */
+enum sf_type { SF_Q4_0 = 2, SF_Q5_0 = 6, SF_Q8_0 = 8, SF_Q4_K = 12, SF_Q6_K = 14 };  /* ggml type ids */
 enum sf_variant { SF_SCALAR = 0, SF_AVX2 = 1, SF_AVX512 = 2, SF_NEON = 3, SF_NVARIANTS = 4 };
 
 enum sf_error {

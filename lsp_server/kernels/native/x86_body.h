@@ -91,10 +91,19 @@ static void quant_32(const float *x, int64_t K, void *out) {
     for (int64_t i = 0; i < K / SF_QK32; i++, x += SF_QK32) b[i].d = quant_block(x, SF_QK32, b[i].qs);
 }
 
-/* ---- Q8_0 / Q5_0: 32 signed weights of one block in a register ---- */
+/* ---- Q8_0 / Q5_0 / Q4_0: 32 signed weights of one block in a register ---- */
+
+enum { SF_W_Q8_0, SF_W_Q5_0, SF_W_Q4_0 };
 
 static inline __m256i q8_0_weights(const uint8_t *blk) {
     return loadu(((const sf_block_q8_0 *)blk)->qs);
+}
+
+static inline __m256i q4_0_weights(const uint8_t *blk) {
+    const __m128i qs = _mm_loadu_si128((const __m128i *)((const sf_block_q4_0 *)blk)->qs);
+    const __m128i m4 = _mm_set1_epi8(0x0f);
+    const __m256i q = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), m4), _mm_and_si128(qs, m4));
+    return _mm256_sub_epi8(q, _mm256_set1_epi8(8));
 }
 
 static inline __m256i q5_0_weights(const uint8_t *blk) {
@@ -125,8 +134,12 @@ static inline __m256i dot32_partial(__m256i w, const int8_t *xq) {
 #endif
 }
 
+static inline __attribute__((always_inline)) __m256i weights32(const uint8_t *blk, int kind) {
+    return kind == SF_W_Q5_0 ? q5_0_weights(blk) : kind == SF_W_Q4_0 ? q4_0_weights(blk) : q8_0_weights(blk);
+}
+
 static inline __attribute__((always_inline)) float
-dot32(const uint8_t *w, size_t bsize, const sf_act_32 *x, int64_t nb, int q5) {
+dot32(const uint8_t *w, size_t bsize, const sf_act_32 *x, int64_t nb, int kind) {
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 8 <= nb; i += 8) {
@@ -134,7 +147,7 @@ dot32(const uint8_t *w, size_t bsize, const sf_act_32 *x, int64_t nb, int q5) {
         uint16_t d[8];
         for (int b = 0; b < 8; b++) {
             const uint8_t *blk = w + (size_t)(i + b) * bsize;
-            s[b] = dot32_partial(q5 ? q5_0_weights(blk) : q8_0_weights(blk), x[i + b].qs);
+            s[b] = dot32_partial(weights32(blk, kind), x[i + b].qs);
             d[b] = sf_u16(blk);
         }
         const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)d));
@@ -147,25 +160,24 @@ dot32(const uint8_t *w, size_t bsize, const sf_act_32 *x, int64_t nb, int q5) {
     _mm256_storeu_ps(lanes, acc);
     for (; i < nb; i++) {
         const uint8_t *blk = w + (size_t)i * bsize;
-        const int32_t s = hsum_i32(dot32_partial(q5 ? q5_0_weights(blk) : q8_0_weights(blk), x[i].qs));
+        const int32_t s = hsum_i32(dot32_partial(weights32(blk, kind), x[i].qs));
         lanes[i % 8] += sf_q32_term(sf_u16(blk), x[i].d, s);
     }
     return sf_lanes8_sum(lanes);
 }
 
-static void rows_q8_0(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,
-                      size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {
-    for (int64_t r = 0; r < nrows; r++)
-        for (int64_t m = 0; m < M; m++)
-            y[m * ldy + r] = dot32(w + r * wrb, sizeof(sf_block_q8_0), (const sf_act_32 *)(xq + m * xrb), K / SF_QK32, 0);
-}
+#define ROWS32(NAME, BLOCK, KIND)                                                                \
+    static void NAME(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,             \
+                     size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {                  \
+        for (int64_t r = 0; r < nrows; r++)                                                      \
+            for (int64_t m = 0; m < M; m++)                                                      \
+                y[m * ldy + r] = dot32(w + r * wrb, sizeof(BLOCK), (const sf_act_32 *)(xq + m * xrb), \
+                                       K / SF_QK32, KIND);                                       \
+    }
 
-static void rows_q5_0(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,
-                      size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {
-    for (int64_t r = 0; r < nrows; r++)
-        for (int64_t m = 0; m < M; m++)
-            y[m * ldy + r] = dot32(w + r * wrb, sizeof(sf_block_q5_0), (const sf_act_32 *)(xq + m * xrb), K / SF_QK32, 1);
-}
+ROWS32(rows_q8_0, sf_block_q8_0, SF_W_Q8_0)
+ROWS32(rows_q5_0, sf_block_q5_0, SF_W_Q5_0)
+ROWS32(rows_q4_0, sf_block_q4_0, SF_W_Q4_0)
 
 /* ---- Q4_K ---- */
 
@@ -225,6 +237,30 @@ SF_ALWAYS_INLINE void store_lanes_sum(const __m256 *acc, int R, float *out) {
     }
 }
 
+/* The weights stream from DRAM once a step. The hardware prefetcher alone left them
+ * arriving after the unpack needed them (a pass took compute time plus memory time), so
+ * each block asks for the bytes SF_PREFETCH_BYTES ahead: past a row's end that is the next
+ * row, which the same thread takes next (prefetches never fault). */
+#ifndef SF_PREFETCH_BYTES
+#define SF_PREFETCH_BYTES 1536
+#endif
+static inline void prefetch_ahead(const void *blk, size_t bytes) {
+    const char *p = (const char *)blk + SF_PREFETCH_BYTES;
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
+/* Independent int32 accumulators per activation row, so that a block's eight multiply-adds
+ * are not one chain of eight latencies: with one or two rows nothing else hides them (a
+ * chain of 8 cost ~40 cycles a block on Zen 4). Integer sums, so the split changes no bit. */
+#define SF_CHAINS_MAX 4
+#define SF_CHAINS(R) ((R) >= 4 ? 1 : (R) >= 2 ? 2 : 4)
+
+SF_ALWAYS_INLINE __m256i chains_sum(__m256i sum[][SF_X86_RMAX], int chains, int k) {
+    __m256i s = sum[0][k];
+    for (int a = 1; a < chains; a++) s = _mm256_add_epi32(s, sum[a][k]);
+    return s;
+}
+
 /* sumi = sum_j sc_j * <q_j, x_j>; nibbles x int8 in maddubs cannot saturate (2*15*127);
  * summ = sum_j m_j * (bsums 2j + 2j+1) */
 SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *const *x, int R, int64_t nb,
@@ -238,21 +274,24 @@ SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *co
         uint16_t dh[8] = {0}, mh[8] = {0};
         for (int b = 0; b < n; b++) {
             const sf_block_q4_K *blk = &row[i0 + b];
-            __m256i sc, mn2, sum[SF_X86_RMAX];
+            prefetch_ahead(blk, sizeof *blk);
+            __m256i sc, mn2, sum[SF_CHAINS_MAX][SF_X86_RMAX];
             q4k_scales16(blk->scales, &sc, &mn2);
-            for (int k = 0; k < R; k++) sum[k] = _mm256_setzero_si256();
+            for (int a = 0; a < SF_CHAINS(R); a++)
+                for (int k = 0; k < R; k++) sum[a][k] = _mm256_setzero_si256();
             for (int g = 0; g < 4; g++) {
                 const __m256i q = loadu(blk->qs + 32 * g);
                 const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 const __m256i slo = _mm256_shuffle_epi8(sc, Q4K_WORD(2 * g)), shi = _mm256_shuffle_epi8(sc, Q4K_WORD(2 * g + 1));
+                const int alo = (2 * g) % SF_CHAINS(R), ahi = (2 * g + 1) % SF_CHAINS(R);
                 for (int k = 0; k < R; k++) {
                     const int8_t *xq = x[k][i0 + b].qs + 64 * g;
-                    sum[k] = SF_MADD_ADD(sum[k], _mm256_maddubs_epi16(lo, loadu(xq)), slo);
-                    sum[k] = SF_MADD_ADD(sum[k], _mm256_maddubs_epi16(hi, loadu(xq + 32)), shi);
+                    sum[alo][k] = SF_MADD_ADD(sum[alo][k], _mm256_maddubs_epi16(lo, loadu(xq)), slo);
+                    sum[ahi][k] = SF_MADD_ADD(sum[ahi][k], _mm256_maddubs_epi16(hi, loadu(xq + 32)), shi);
                 }
             }
             for (int k = 0; k < R; k++) {
-                part[k][b] = sum[k];
+                part[k][b] = chains_sum(sum, SF_CHAINS(R), k);
                 mins[k][b] = _mm256_madd_epi16(mn2, loadu(x[k][i0 + b].bsums));
             }
             dh[b] = sf_u16(&blk->d);
@@ -323,9 +362,11 @@ SF_ALWAYS_INLINE void dot_q6_K_rows(const sf_block_q6_K *row, const sf_act_k *co
         uint16_t dh[8] = {0};
         for (int b = 0; b < n; b++) {
             const sf_block_q6_K *blk = &row[i0 + b];
+            prefetch_ahead(blk, sizeof *blk);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
-            __m256i sum[SF_X86_RMAX];
-            for (int k = 0; k < R; k++) sum[k] = _mm256_setzero_si256();
+            __m256i sum[SF_CHAINS_MAX][SF_X86_RMAX];
+            for (int a = 0; a < SF_CHAINS(R); a++)
+                for (int k = 0; k < R; k++) sum[a][k] = _mm256_setzero_si256();
             for (int h = 0; h < 2; h++) {
                 const __m256i A = loadu(blk->ql + 64 * h), B = loadu(blk->ql + 64 * h + 32), H = loadu(blk->qh + 32 * h);
                 /* scales 8h..8h+7 in both lanes */
@@ -342,13 +383,15 @@ SF_ALWAYS_INLINE void dot_q6_K_rows(const sf_block_q6_K *row, const sf_act_k *co
                     const __m256i pick = _mm256_setr_epi8(a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1, a, a + 1,
                                                           c, c + 1, c, c + 1, c, c + 1, c, c + 1, c, c + 1, c, c + 1, c, c + 1, c, c + 1);
                     const __m256i s = _mm256_shuffle_epi8(sc, pick);
+                    const int chain = (4 * h + j) % SF_CHAINS(R);
                     for (int k = 0; k < R; k++)
-                        sum[k] = SF_MADD_ADD(sum[k], _mm256_maddubs_epi16(q[j], loadu(x[k][i0 + b].qs + 128 * h + 32 * j)), s);
+                        sum[chain][k] = SF_MADD_ADD(sum[chain][k], _mm256_maddubs_epi16(q[j], loadu(x[k][i0 + b].qs + 128 * h + 32 * j)), s);
                 }
             }
             /* minus 32 * sum_g scale_g * bsum_g, still exact in int32 lanes */
             for (int k = 0; k < R; k++)
-                part[k][b] = _mm256_sub_epi32(sum[k], _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu(x[k][i0 + b].bsums)), 5));
+                part[k][b] = _mm256_sub_epi32(chains_sum(sum, SF_CHAINS(R), k),
+                                              _mm256_slli_epi32(_mm256_madd_epi16(sc16, loadu(x[k][i0 + b].bsums)), 5));
             dh[b] = sf_u16(&blk->d);
         }
         for (int b = n; b < 8; b++)
@@ -368,7 +411,7 @@ ROWS_BY_R(rows_q6_K, dot_q6_K_rows, sf_block_q6_K)
 #define SF_X86_KERNELS(NAME)                                                                   \
     {                                                                                          \
         .name = NAME, .quant_k = quant_k, .quant_32 = quant_32, .q8_0 = rows_q8_0,             \
-        .q5_0 = rows_q5_0, .q4_K = rows_q4_K, .q6_K = rows_q6_K,                               \
+        .q5_0 = rows_q5_0, .q4_0 = rows_q4_0, .q4_K = rows_q4_K, .q6_K = rows_q6_K,            \
     }
 
 #endif /* SF_X86_BODY_H */
