@@ -150,14 +150,17 @@ def test_lean_verify_logits_equal_single_steps_bit_for_bit() -> None:
     assert torch.equal(together, one_by_one)
 
 
-def test_without_zentorch_auto_falls_back_to_torch_int4_and_says_why() -> None:
-    """zentorch hidden from a fresh interpreter: `auto` picks int4 and the reason is shown."""
+def test_without_zentorch_auto_falls_back_and_says_why() -> None:
+    """zentorch hidden from a fresh interpreter: `auto` picks the native kernels for a model
+    with a GGUF file where they run, else torch int4, and the reason is shown."""
     code = (
         "import sys; sys.modules['zentorch'] = None\n"
         "import torch\n"
-        "from lsp_server.backends.local_runtime import kernel_lines, resolve_quant\n"
+        "from lsp_server.backends.local_runtime import kernel_lines, native_kernels_run, resolve_quant\n"
         "print(resolve_quant('auto', 'target', 'cpu', torch.bfloat16))\n"
-        "print(kernel_lines()[0])\n"
+        "print(resolve_quant('auto', 'target', 'cpu', torch.bfloat16, has_gguf=True))\n"
+        "print(native_kernels_run())\n"
+        "print(kernel_lines()[-1])\n"
         "from lsp_server.kernels.quantize import quantize_model\n"
         "from tests.tiny_models import tiny_model\n"
         "try:\n"
@@ -166,10 +169,12 @@ def test_without_zentorch_auto_falls_back_to_torch_int4_and_says_why() -> None:
         "    print(err)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout
-    lines = out.strip().splitlines()
-    assert lines[0] == "int4-g32"
-    assert "torch int4" in lines[1] and "zentorch does not import" in lines[1]
-    assert "use int4-g32" in lines[2]
+    no_gguf, with_gguf, native_runs, kernels, refusal = out.strip().splitlines()
+    assert no_gguf == "int4-g32"
+    assert with_gguf == ("gguf" if native_runs == "True" else "int4-g32")
+    assert ("specfill native" if native_runs == "True" else "torch int4") in kernels
+    assert "zentorch does not import" in kernels
+    assert "use int4-g32" in refusal
 
 
 def test_a_cached_w8a8_model_reads_its_weights_from_a_read_only_map_and_can_hand_its_pages_back(tmp_path) -> None:
