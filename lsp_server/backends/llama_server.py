@@ -3,7 +3,8 @@
 The prompt is specfill's own FIM text (psm-line keeps consecutive prompts growing at the end,
 which is what `cache_prompt` reuses). The last chunk carries `timings`: `prompt_n` (tokens
 prefilled), `cache_n` (reused from the slot's cache), `predicted_n`, and `draft_n` /
-`draft_n_accepted` when a `-md` draft model ran.
+`draft_n_accepted` when a `-md` draft model ran. A warm is `n_predict: 0` (load the prompt,
+generate nothing: llama.vim's warm-up), answered with the same `timings`.
 """
 
 from __future__ import annotations
@@ -56,3 +57,9 @@ class LlamaServer(Dialect):
         return Chunk(text=obj.get("content") or "", done=done,
                      finish_reason=obj.get("stop_type") if done else None,
                      usage=usage_from_timings(obj) if done else Usage())
+
+    def warm_body(self, prompt: str, model: str, session: str) -> dict[str, Any] | None:
+        return {"prompt": prompt, "n_predict": 0, "cache_prompt": True, "stream": False}
+
+    def warm_usage(self, obj: dict[str, Any]) -> Usage:
+        return usage_from_timings(obj)
