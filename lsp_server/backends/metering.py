@@ -37,6 +37,7 @@ class BackendMeter:
     warm_steps: int = 0
     warm_evaluated_tokens: int = 0
     warm_cached_tokens: int = 0
+    warm_generated_tokens: int = 0
     # The newest request's prompt as the server counted it: evaluated now, taken from cache.
     last_request: dict = field(default_factory=dict)
     first_text_s: deque = field(default_factory=lambda: deque(maxlen=_KEEP))
@@ -64,6 +65,7 @@ class BackendMeter:
         self.warm_steps += outcome.steps
         self.warm_evaluated_tokens += outcome.evaluated_tokens
         self.warm_cached_tokens += outcome.cached_tokens
+        self.warm_generated_tokens += outcome.generated_tokens
 
     def to_json(self, healthy: bool | None = None, warming: str = "on") -> dict[str, Any]:
         first, total = sorted(self.first_text_s), sorted(self.latency_s)
@@ -76,7 +78,8 @@ class BackendMeter:
             "warming": warming,
             "warms": {**dict(self.warms), "steps": self.warm_steps,
                       "evaluated_prompt_tokens": self.warm_evaluated_tokens,
-                      "cached_prompt_tokens": self.warm_cached_tokens},
+                      "cached_prompt_tokens": self.warm_cached_tokens,
+                      "generated_tokens": self.warm_generated_tokens},
             "completion_tokens": self.completion_tokens, "draft_tokens": self.draft_tokens,
             "accepted_draft_tokens": self.accepted_draft_tokens,
             "acceptance_rate": (self.accepted_draft_tokens / self.draft_tokens

@@ -21,7 +21,7 @@ from typing import AsyncIterator, Callable
 from lsp_server.backends.base import Backend, BackendRequest, PromptCodec
 from lsp_server.backends.prompt_text import TextCodec
 from lsp_server.backends.remote import RemoteBackend
-from lsp_server.backends.warming import REFUSALS, WarmOutcome, add_step, warm_cuts
+from lsp_server.backends.warming import REFUSALS, WARM_STEP_TOKENS, WarmOutcome, add_step, warm_cuts
 from lsp_server.backends.wire import RemoteError
 from lsp_server.engine.types import EngineEvent, Finished, Stats
 
@@ -59,6 +59,7 @@ class Router:
         self.failovers = 0
         self.fallbacks = 0
         self._primes: list[asyncio.Task] = []
+        self.warm_step_tokens = WARM_STEP_TOKENS
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # built outside an event loop (tests): the first request connects
@@ -135,7 +136,7 @@ class Router:
         session = session_key(request.affinity)
         outcome = WarmOutcome("warm")
         try:
-            for cut in warm_cuts(text):
+            for cut in warm_cuts(text, self.warm_step_tokens):
                 if backend.active:  # a real request runs there: its prompt fills the cache
                     outcome.reason = "aborted"
                     break
@@ -149,8 +150,8 @@ class Router:
                 backend.warming.turn_off(backend.url, exc)
             else:  # down: counted in its health (warm_step), told by the next real request
                 log.info("specfill: a cache warm-up to %s failed: %s", backend.url, exc)
-                if not backend.healthy:
-                    self._ensure_health_checks()
+            if not backend.healthy:
+                self._ensure_health_checks()
         finally:
             backend.meter.add_warm(outcome)
             if on_done is not None:

@@ -55,6 +55,7 @@ class WarmOutcome:
     prompt_tokens: int = 0  # the whole prompt, as the server counted it on the last step
     evaluated_tokens: int = 0  # prefilled by the server over all steps
     cached_tokens: int = 0  # taken from its cache on the first step
+    generated_tokens: int = 0  # llama-server samples one token from the prompt's last logits
 
 
 class WarmState:
@@ -87,3 +88,4 @@ def add_step(outcome: WarmOutcome, usage: Usage) -> None:
     outcome.steps += 1
     outcome.prompt_tokens = prompt
     outcome.evaluated_tokens += max(prompt - cached, 0)
+    outcome.generated_tokens += usage.completion_tokens or 0

@@ -127,13 +127,14 @@ def test_the_meter_reports_evaluated_and_cached_prompt_tokens_per_request_and_wa
     meter = BackendMeter("llama-server x", "llama-server", "x")
     meter.add_request(Usage(prompt_tokens=640, cached_prompt_tokens=630, completion_tokens=5))
     meter.add_request(Usage(prompt_tokens=200, cached_prompt_tokens=0, completion_tokens=5))
-    meter.add_warm(WarmOutcome("warm", steps=3, prompt_tokens=700, evaluated_tokens=690, cached_tokens=10))
+    meter.add_warm(WarmOutcome("warm", steps=3, prompt_tokens=700, evaluated_tokens=690,
+                               cached_tokens=10, generated_tokens=3))
     line = meter.to_json(True)
     assert (line["prompt_tokens"], line["cached_prompt_tokens"], line["evaluated_prompt_tokens"]) == (840, 630, 210)
     assert line["last_request"] == {"prompt_tokens": 200, "cached_prompt_tokens": 0,
                                     "evaluated_prompt_tokens": 200}
     assert line["warms"] == {"warm": 1, "steps": 3, "evaluated_prompt_tokens": 690,
-                             "cached_prompt_tokens": 10}
+                             "cached_prompt_tokens": 10, "generated_tokens": 3}
 
 
 def closed_port() -> int:
