@@ -69,6 +69,9 @@ class RemoteBackend:
         # False once the server refused a prompt with other files' chunks (too long for its
         # context, say): it gets the file alone from then on.
         self.repo_layout = True
+        # The text this server's cache last took from specfill (a prompt and what was
+        # generated after it): a warm starts its steps where a new prompt leaves it.
+        self.cached_text = ""
 
     def client(self) -> httpx.AsyncClient:
         # Built on first use, inside the event loop that will use it.
@@ -121,6 +124,7 @@ class RemoteBackend:
         if req.plain_text and not self.repo_layout:
             req = replace(req, prompt_text=req.plain_text, plain_text="")
         body = self.dialect.body(req, self.settings.model, session)
+        self.cached_text = req.prompt_text  # what the slot will hold, however this ends
         try:
             async with self.client().stream("POST", self.dialect.path, json=body,
                                             headers={SESSION_HEADER: session}) as response:
@@ -159,6 +163,7 @@ class RemoteBackend:
             self.meter.cancelled += 1
             raise
         stats.total_s = time.perf_counter() - started
+        self.cached_text = req.prompt_text + text
         self._record(usage, stats)
         if usage.draft_tokens is None:
             self._maybe_scrape()
@@ -176,6 +181,7 @@ class RemoteBackend:
             if response.status_code != 200:
                 raise self._http_error(response.status_code, response.content)
             usage = self.dialect.warm_usage(json_object(response.text))
+            self.cached_text = prompt
         except RemoteError as exc:
             self._fail(exc)
             raise

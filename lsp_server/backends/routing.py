@@ -21,7 +21,7 @@ from typing import AsyncIterator, Callable
 from lsp_server.backends.base import Backend, BackendRequest, PromptCodec
 from lsp_server.backends.prompt_text import TextCodec
 from lsp_server.backends.remote import RemoteBackend
-from lsp_server.backends.warming import REFUSALS, WARM_STEP_TOKENS, WarmOutcome, add_step, warm_cuts
+from lsp_server.backends.warming import REFUSALS, WARM_STEP_TOKENS, WarmOutcome, add_step, steps_to_send
 from lsp_server.backends.wire import RemoteError
 from lsp_server.engine.types import EngineEvent, Finished, Stats
 
@@ -136,7 +136,10 @@ class Router:
         session = session_key(request.affinity)
         outcome = WarmOutcome("warm")
         try:
-            for cut in warm_cuts(text, self.warm_step_tokens):
+            cuts = steps_to_send(text, backend.cached_text, self.warm_step_tokens)
+            if not cuts:
+                outcome.reason = "cached"
+            for cut in cuts:
                 if backend.active:  # a real request runs there: its prompt fills the cache
                     outcome.reason = "aborted"
                     break

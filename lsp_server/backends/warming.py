@@ -14,6 +14,7 @@ server, and a real request cancels the warm (its connection closes) as it starts
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,9 +47,21 @@ def warm_cuts(text: str, step_tokens: int = WARM_STEP_TOKENS) -> list[int]:
     return cuts
 
 
+def steps_to_send(text: str, cached: str, step_tokens: int = WARM_STEP_TOKENS) -> list[int]:
+    """The cuts of `text` still to send when the server's cache holds `cached` (what it last
+    took from specfill): a step that is all cached would cost nothing to send but would cut
+    the cache back to it (llama-server keeps only the common prefix of the new prompt), so
+    steps start past the common prefix; none when `text` is all cached."""
+    common = len(os.path.commonprefix([text, cached]))
+    if common == len(text):
+        return []
+    return [cut for cut in warm_cuts(text, step_tokens) if cut > common]
+
+
 @dataclass
 class WarmOutcome:
-    """What one warm did: `reason` warm (done) | aborted (gave way) | error | off."""
+    """What one warm did: `reason` warm (done) | cached (nothing to send) | aborted (gave
+    way) | error."""
 
     reason: str
     steps: int = 0

@@ -18,7 +18,7 @@ from lsp_server.backends.openai import OpenAI
 from lsp_server.backends.prompt_text import PIECE, TextCodec
 from lsp_server.backends.remote import RemoteBackend, RemoteSettings
 from lsp_server.backends.routing import Router
-from lsp_server.backends.warming import WarmOutcome, warm_cuts
+from lsp_server.backends.warming import WarmOutcome, steps_to_send, warm_cuts
 from lsp_server.backends.wire import Usage
 from lsp_server.config import config_from_options
 from lsp_server.engine.types import CompletionRequest, DraftPolicy
@@ -103,6 +103,17 @@ def test_warm_steps_end_lines_grow_and_finish_with_the_whole_prompt(text, step):
         lines = text[start:end].split("\n")
         if all(len(PIECE.findall(line)) < step // 2 for line in lines):  # short lines
             assert len(PIECE.findall(text[start:end])) <= step + 1
+
+
+def test_a_warm_sends_only_the_steps_past_what_the_server_holds():
+    text = "".join(f"line_{i} = value + {i}\n" for i in range(100))
+    every = warm_cuts(text, 32)
+    assert steps_to_send(text, "", 32) == every
+    held = text[:every[3] + 5] + "something else"  # the cache diverges inside step 5
+    assert steps_to_send(text, held, 32) == every[4:]
+    # A cache holding the prompt and a completion after it: nothing to send (a step that is
+    # all cached would cut llama-server's cache back to it).
+    assert steps_to_send(text, text + "    return x\n", 32) == []
 
 
 def test_warm_bodies_fill_the_cache_and_generate_nothing():
