@@ -46,6 +46,9 @@ class LlamaServer(Dialect):
     def body(self, req: BackendRequest, model: str, session: str) -> dict[str, Any]:
         return {"prompt": req.prompt_text, "n_predict": req.request.max_new_tokens,
                 "stream": True, "cache_prompt": True, "stop": list(req.stop),
+                # `timings` in every chunk: a stream that specfill's own stop rule cuts still
+                # has the server's prompt numbers.
+                "timings_per_token": True,
                 **sampling(req), **({"top_k": 1} if req.request.temperature == 0 else {}),
                 **speculative_fields(req)}
 
@@ -56,7 +59,7 @@ class LlamaServer(Dialect):
         done = bool(obj.get("stop"))
         return Chunk(text=obj.get("content") or "", done=done,
                      finish_reason=obj.get("stop_type") if done else None,
-                     usage=usage_from_timings(obj) if done else Usage())
+                     usage=usage_from_timings(obj))
 
     def warm_body(self, prompt: str, model: str, session: str) -> dict[str, Any] | None:
         return {"prompt": prompt, "n_predict": 0, "cache_prompt": True, "stream": False}

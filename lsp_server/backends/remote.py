@@ -13,7 +13,7 @@ import logging
 import ssl
 import time
 from dataclasses import dataclass, replace
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 import httpx
 
@@ -24,7 +24,7 @@ from lsp_server.backends.ollama import Ollama
 from lsp_server.backends.openai import OpenAI
 from lsp_server.backends.prompt_text import QWEN_STOP_TEXT
 from lsp_server.backends.urls import display_url
-from lsp_server.backends.warming import WarmState
+from lsp_server.backends.warming import REFUSALS, WarmState
 from lsp_server.backends.wire import (Chunk, Dialect, RemoteError, Usage, error_message,
                                       json_object, prometheus_counters, sse_payload)
 from lsp_server.engine.stopping import stop_index
@@ -126,39 +126,33 @@ class RemoteBackend:
         body = self.dialect.body(req, self.settings.model, session)
         self.cached_text = req.prompt_text  # what the slot will hold, however this ends
         try:
-            async with self.client().stream("POST", self.dialect.path, json=body,
-                                            headers={SESSION_HEADER: session}) as response:
-                if response.status_code != 200:
-                    raise self._http_error(response.status_code, await response.aread())
-                async for chunk in self._chunks(response):
-                    usage.merge(chunk.usage)
-                    new = text + chunk.text
-                    cut = _cut(new, req)
-                    if cut is not None:
-                        new, stats.stop_reason = new[:cut], "stop-rule"
-                    if new != text:
-                        now = time.perf_counter() - started
-                        if stats.ttft_s is None:
-                            stats.ttft_s = now
-                            self.meter.first_text_s.append(now)
-                        stats.token_times_s.append(now)
-                        yield TextDelta(req.id, new[len(text):], new)
-                        text = new
-                    if stats.stop_reason or chunk.done:
-                        # Leaving `async with` closes the stream: a stop-rule cut ends the
-                        # server's work too.
-                        stats.stop_reason = stats.stop_reason or _reason(chunk.finish_reason)
-                        finished = True
-                        break
-            if not finished:
-                raise RemoteError("protocol", f"{self.url} ended the stream without a final chunk")
-        except RemoteError as exc:
-            self._fail(exc)
-            raise
-        except httpx.HTTPError as exc:
-            error = self._transport_error(exc)
-            self._fail(error)
-            raise error from None
+            with self._failures():
+                async with self.client().stream("POST", self.dialect.path, json=body,
+                                                headers={SESSION_HEADER: session}) as response:
+                    if response.status_code != 200:
+                        raise self._http_error(response.status_code, await response.aread())
+                    async for chunk in self._chunks(response):
+                        usage.merge(chunk.usage)
+                        new = text + chunk.text
+                        cut = _cut(new, req)
+                        if cut is not None:
+                            new, stats.stop_reason = new[:cut], "stop-rule"
+                        if new != text:
+                            now = time.perf_counter() - started
+                            if stats.ttft_s is None:
+                                stats.ttft_s = now
+                                self.meter.first_text_s.append(now)
+                            stats.token_times_s.append(now)
+                            yield TextDelta(req.id, new[len(text):], new)
+                            text = new
+                        if stats.stop_reason or chunk.done:
+                            # Leaving `async with` closes the stream: a stop-rule cut ends the
+                            # server's work too.
+                            stats.stop_reason = stats.stop_reason or _reason(chunk.finish_reason)
+                            finished = True
+                            break
+                if not finished:
+                    raise RemoteError("protocol", f"{self.url} ended the stream without a final chunk")
         except (asyncio.CancelledError, GeneratorExit):
             self.meter.cancelled += 1
             raise
@@ -175,20 +169,13 @@ class RemoteBackend:
         Raises RemoteError like a request does, and counts in the server's health alike."""
         body = self.dialect.warm_body(prompt, self.settings.model, session)
         assert body is not None
-        try:
+        with self._failures(health_only=True):
             response = await self.client().post(self.dialect.path, json=body,
                                                 headers={SESSION_HEADER: session})
             if response.status_code != 200:
                 raise self._http_error(response.status_code, response.content)
             usage = self.dialect.warm_usage(json_object(response.text))
             self.cached_text = prompt
-        except RemoteError as exc:
-            self._fail(exc)
-            raise
-        except httpx.HTTPError as exc:
-            error = self._transport_error(exc)
-            self._fail(error)
-            raise error from None
         self.healthy = True
         return usage
 
@@ -231,6 +218,22 @@ class RemoteBackend:
             counters = prometheus_counters(response.text)
             if counters:
                 self.meter.server_counters = {**counters, "source": "/metrics, server-wide"}
+
+    @contextlib.contextmanager
+    def _failures(self, health_only: bool = False) -> Iterator[None]:
+        """A failed request, however it failed, as one RemoteError counted in the health.
+        `health_only` (a warm): a refusal is not counted; the server is up, only the warm's
+        request is not taken (the real requests say why, with what to fix)."""
+        try:
+            yield
+        except RemoteError as exc:
+            if not (health_only and exc.kind in REFUSALS):
+                self._fail(exc)
+            raise
+        except httpx.HTTPError as exc:
+            error = self._transport_error(exc)
+            self._fail(error)
+            raise error from None
 
     def _fail(self, error: RemoteError) -> None:
         self.meter.errors[error.kind] += 1

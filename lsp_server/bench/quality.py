@@ -284,13 +284,17 @@ def summarize(spots: Sequence[QualitySpot], rows: Sequence[dict[str, Any]]) -> d
             "keystroke_prefilled_p50": p50("keystroke_prefilled_tokens", subset),
         }
         if any(r.get("repeat_first_text_s") is not None for r in subset):
-            evaluated = [r["prefilled_tokens"] for r in subset if r.get("prefilled_tokens") is not None]
+            # A request the client's stop rule cut never gets the server's numbers (prompt
+            # tokens 0): unknown, not a hit.
+            evaluated = [r["prefilled_tokens"] for r in subset if r.get("prompt_tokens")]
             ratios = sorted(r["first_text_s"] / r["repeat_first_text_s"] for r in subset
                             if r.get("first_text_s") and r.get("repeat_first_text_s"))
             out[kind].update({
                 "repeat_first_text_p50_s": p50("repeat_first_text_s", subset),
                 "repeat_prefilled_p50": p50("repeat_prefilled_tokens", subset),
                 "warm_hit_share": (sum(e <= 16 for e in evaluated) / len(evaluated)) if evaluated else None,
+                "evaluated_known": len(evaluated),
+                "evaluated_at_request_p50": percentile(sorted(evaluated), 50),
                 "first_text_over_repeat_p50": percentile(ratios, 50)})
     return out
 
@@ -309,7 +313,8 @@ def write_report(out_dir: Path, summary: dict[str, dict], args: argparse.Namespa
                          s["keystroke_first_text_p50_s"], s["keystroke_prefilled_p50"]])
             if "warm_hit_share" in s:
                 share = s["warm_hit_share"]
-                remote_rows.append([condition, s["spots"], kind, s["prefilled_p50"],
+                remote_rows.append([condition, f"{s['evaluated_known']} of {s['spots']}", kind,
+                                    s["evaluated_at_request_p50"],
                                     f"{100 * share:.0f} %" if share is not None else None,
                                     s["first_text_p50_s"], s["repeat_first_text_p50_s"],
                                     s["first_text_over_repeat_p50"], s["repeat_prefilled_p50"]])
@@ -325,7 +330,8 @@ def write_report(out_dir: Path, summary: dict[str, dict], args: argparse.Namespa
         text += ("\nThrough llama-server: prompt tokens it evaluated at request time (its "
                  "`timings`), the share of spots where that was a warm hit (<= 16), and the "
                  "first streamed text against the same request repeated on a fully cached prompt:\n\n"
-                 + markdown_table(["condition", "spots", "kind", "evaluated at request p50",
+                 + markdown_table(["condition", "spots with the server's numbers", "kind",
+                                   "evaluated at request p50",
                                    "warm hits", "first text p50 s", "repeat first text p50 s",
                                    "first / repeat p50", "repeat evaluated p50"], remote_rows))
     if postprocess:

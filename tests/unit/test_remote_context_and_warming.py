@@ -25,18 +25,8 @@ from lsp_server.engine.types import CompletionRequest, DraftPolicy
 from lsp_server.server.completion import CompletionService, Cursor
 from lsp_server.server.documents import DocumentStore
 from lsp_server.server.stats import ServerStats
+from tests.unit.test_snippets import SHAPES
 
-SHAPES = '''import math
-
-
-def area(radius):
-    return math.pi * radius ** 2
-
-
-class Circle:
-    def __init__(self, radius):
-        self.radius = radius
-'''
 MAIN = '''from .shapes import area, Circle
 
 
