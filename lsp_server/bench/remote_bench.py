@@ -19,7 +19,7 @@ Three parts (`--part`, default all):
   long prompt (the two alternate who goes first; a long warm of a third prompt between them
   evicts the slot), first as specfill sends warms (steps of WARM_STEP_TOKENS) and then as one
   whole-prompt request (a warm of 1,024 tokens); beside them the server's time for one warm
-  step and for one token.
+  step and for one token. Its server runs with `--cache-ram 0`, so an evicted prompt is gone.
   Goes through the Router and the real server, not the LSP (overhead measures that).
 Output: DIR/results.json and DIR/results.md.
 """
@@ -295,11 +295,13 @@ async def part_failover(args, source: str, servers: list[LlamaServerProcess]) ->
 
 
 def long_prompt_request(source: str, uri: str, tag: str, tokens: int) -> Any:
-    """A prompt of about `tokens` pieces no other prompt shares (its first line is `tag`)."""
+    """A prompt of about `tokens` pieces no other prompt shares: its first line is `tag`, and
+    the document is cut short enough for the prefix window to hold all of it."""
     opts = options(["http://127.0.0.1:1"], 8)
     opts["contextWindow"] = {"prefixTokens": tokens, "suffixTokens": 64}
     config, _ = config_from_options(opts)
-    text = f"# {tag}\n" + source
+    head = source[:tokens * 3]
+    text = f"# {tag}\n" + head[:head.rfind("\n") + 1]
     doc = DocumentStore().open(uri, "python", 1, text)
     lines = text.splitlines()
     return prepare(doc, Cursor(uri, 1, len(lines) - 1, 0), "utf-16", config,
@@ -404,7 +406,7 @@ def run(args: argparse.Namespace) -> int:
     draft = gguf("qwen2.5-coder-0.5b", args.draft_gguf) if args.draft else None
     result: dict[str, Any] = {"args": plain_args(args), "file": str(path), "targets": TARGETS}
     parts = ["overhead", "cancel", "failover", "warm"] if args.part == "all" else [args.part]
-    if {"overhead", "cancel", "warm"} & set(parts):
+    if {"overhead", "cancel"} & set(parts):
         with LlamaServerProcess(target, draft, threads=args.threads,
                                 log_path=out / "llama-server.log") as server:
             if "overhead" in parts:
@@ -413,9 +415,14 @@ def run(args: argparse.Namespace) -> int:
             if "cancel" in parts:
                 result["cancel"] = asyncio.run(part_cancel(args, source, uri, server))
                 print(f"[remote] cancel: {summary_line(result['cancel'])}", flush=True)
-            if "warm" in parts:
-                result["warm"] = asyncio.run(part_warm(args, source, uri, server))
-                print(f"[remote] warm: {summary_line(result['warm'])}", flush=True)
+
+    if "warm" in parts:
+        # No host-RAM prompt cache (`--cache-ram`, 8 GiB by default in this build): it would
+        # restore an evicted prompt, and the cold request would not be cold.
+        with LlamaServerProcess(target, None, threads=args.threads, extra=("--cache-ram", "0"),
+                                log_path=out / "llama-server-warm.log") as server:
+            result["warm"] = asyncio.run(part_warm(args, source, uri, server))
+        print(f"[remote] warm: {summary_line(result['warm'])}", flush=True)
     if "failover" in parts:
         servers = [LlamaServerProcess(target, threads=max(args.threads // 2, 1),
                                       log_path=out / f"llama-server-{i}.log").start() for i in range(2)]
