@@ -24,7 +24,7 @@ from lsp_server.backends.ollama import Ollama
 from lsp_server.backends.openai import OpenAI
 from lsp_server.backends.prompt_text import QWEN_STOP_TEXT
 from lsp_server.backends.urls import display_url
-from lsp_server.backends.warming import REFUSALS, WarmState
+from lsp_server.backends.warming import DOWN, WarmState
 from lsp_server.backends.wire import (Chunk, Dialect, RemoteError, Usage, error_message,
                                       json_object, prometheus_counters, sse_payload)
 from lsp_server.engine.stopping import stop_index
@@ -222,17 +222,18 @@ class RemoteBackend:
     @contextlib.contextmanager
     def _failures(self, health_only: bool = False) -> Iterator[None]:
         """A failed request, however it failed, as one RemoteError counted in the health.
-        `health_only` (a warm): a refusal is not counted; the server is up, only the warm's
-        request is not taken (the real requests say why, with what to fix)."""
+        `health_only` (a warm): only an outage is counted; a refusal (a key, TLS, a body)
+        leaves the health and the last error to the real requests, which tell the user."""
         try:
             yield
         except RemoteError as exc:
-            if not (health_only and exc.kind in REFUSALS):
+            if not health_only or exc.kind in DOWN:
                 self._fail(exc)
             raise
         except httpx.HTTPError as exc:
             error = self._transport_error(exc)
-            self._fail(error)
+            if not health_only or error.kind in DOWN:
+                self._fail(error)
             raise error from None
 
     def _fail(self, error: RemoteError) -> None:

@@ -26,8 +26,12 @@ log = logging.getLogger(__name__)
 # 256 tokens: ~1.4 s of prefill on 2 CPU cores (llama-bench pp512 184 tok/s), tens of ms
 # on a GPU; `specfill bench remote --part warm` measures what a request waits.
 WARM_STEP_TOKENS = 256
-# Refusals that say the server will not take a warm (its body, its prompt), not that it is down.
-REFUSALS = ("http_4xx", "auth", "protocol", "server")
+# Refusals that say the server will not take a warm (its body, its prompt, the key or TLS
+# settings), not that it is down: warming goes off for it; the real requests tell the user
+# what to fix.
+REFUSALS = ("http_4xx", "auth", "tls", "protocol", "server")
+# What a warm counts in the server's health, as a request would: the server is down.
+DOWN = ("connect", "timeout", "http_5xx")
 
 
 def warm_cuts(text: str, step_tokens: int = WARM_STEP_TOKENS) -> list[int]:

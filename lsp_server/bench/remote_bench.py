@@ -158,7 +158,9 @@ async def part_overhead(args, source: str, uri: str, server: LlamaServerProcess)
     first. (A raw client that stops reading at its first text leaves the server generating
     until it notices; a request sent right then waits for the slot. The first version of this
     benchmark did that before every specfill request, and only there.)"""
-    opts = options([server.url], args.max_new_tokens)
+    # No warms here: one would run between a measurement's idle check and its request (the
+    # first run with warms had +-4 s on either side); `--part warm` measures them.
+    opts = {**options([server.url], args.max_new_tokens), "warm": False}
     rows = []
     async with SpecfillClient(opts) as c, httpx.AsyncClient(timeout=120) as raw:
         await c.wait_ready(30)
