@@ -18,6 +18,9 @@ class BackendRequest:
     prompt_text: str = ""
     stop: tuple[str, ...] = ()
     affinity: str = ""
+    # `prompt_text` without other files' chunks ("" when it has none): what a server that
+    # rejects the repository-level prompt is sent instead.
+    plain_text: str = ""
     # The same completion prepared for another backend's codec (the local fallback wants
     # token ids where a remote took text).
     rebuild: Callable[["PromptCodec"], "BackendRequest"] | None = field(

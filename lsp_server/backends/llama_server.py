@@ -3,7 +3,8 @@
 The prompt is specfill's own FIM text (psm-line keeps consecutive prompts growing at the end,
 which is what `cache_prompt` reuses). The last chunk carries `timings`: `prompt_n` (tokens
 prefilled), `cache_n` (reused from the slot's cache), `predicted_n`, and `draft_n` /
-`draft_n_accepted` when a `-md` draft model ran.
+`draft_n_accepted` when a `-md` draft model ran. A warm is `n_predict: 0` (load the prompt,
+generate nothing: llama.vim's warm-up), answered with the same `timings`.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class LlamaServer(Dialect):
     def body(self, req: BackendRequest, model: str, session: str) -> dict[str, Any]:
         return {"prompt": req.prompt_text, "n_predict": req.request.max_new_tokens,
                 "stream": True, "cache_prompt": True, "stop": list(req.stop),
+                # `timings` in every chunk: a stream that specfill's own stop rule cuts still
+                # has the server's prompt numbers.
+                "timings_per_token": True,
                 **sampling(req), **({"top_k": 1} if req.request.temperature == 0 else {}),
                 **speculative_fields(req)}
 
@@ -55,4 +59,10 @@ class LlamaServer(Dialect):
         done = bool(obj.get("stop"))
         return Chunk(text=obj.get("content") or "", done=done,
                      finish_reason=obj.get("stop_type") if done else None,
-                     usage=usage_from_timings(obj) if done else Usage())
+                     usage=usage_from_timings(obj))
+
+    def warm_body(self, prompt: str, model: str, session: str) -> dict[str, Any] | None:
+        return {"prompt": prompt, "n_predict": 0, "cache_prompt": True, "stream": False}
+
+    def warm_usage(self, obj: dict[str, Any]) -> Usage:
+        return usage_from_timings(obj)

@@ -31,6 +31,15 @@ class BackendMeter:
     errors: Counter = field(default_factory=Counter)
     # The server's own Prometheus totals (all its clients), when requests carry no draft counts.
     server_counters: dict = field(default_factory=dict)
+    # Cache warm-ups (backends.warming): how many, how they ended, the prompt tokens they
+    # made the server evaluate and those it had cached already.
+    warms: Counter = field(default_factory=Counter)
+    warm_steps: int = 0
+    warm_evaluated_tokens: int = 0
+    warm_cached_tokens: int = 0
+    warm_generated_tokens: int = 0
+    # The newest request's prompt as the server counted it: evaluated now, taken from cache.
+    last_request: dict = field(default_factory=dict)
     first_text_s: deque = field(default_factory=lambda: deque(maxlen=_KEEP))
     latency_s: deque = field(default_factory=lambda: deque(maxlen=_KEEP))
 
@@ -43,12 +52,34 @@ class BackendMeter:
             else:
                 setattr(self, name, getattr(self, name) + int(value))
 
-    def to_json(self, healthy: bool | None = None) -> dict[str, Any]:
+    def add_request(self, usage: Usage) -> None:
+        self.add_usage(usage)
+        prompt, cached = usage.prompt_tokens, usage.cached_prompt_tokens
+        self.last_request = {
+            "prompt_tokens": prompt, "cached_prompt_tokens": cached,
+            "evaluated_prompt_tokens": (prompt - (cached or 0)) if prompt is not None else None}
+
+    def add_warm(self, outcome: Any) -> None:
+        """`outcome`: a backends.warming.WarmOutcome."""
+        self.warms[outcome.reason] += 1
+        self.warm_steps += outcome.steps
+        self.warm_evaluated_tokens += outcome.evaluated_tokens
+        self.warm_cached_tokens += outcome.cached_tokens
+        self.warm_generated_tokens += outcome.generated_tokens
+
+    def to_json(self, healthy: bool | None = None, warming: str = "on") -> dict[str, Any]:
         first, total = sorted(self.first_text_s), sorted(self.latency_s)
         return {
             "name": self.name, "kind": self.kind, "url": self.url, "healthy": healthy,
             "requests": self.requests, "completed": self.completed, "cancelled": self.cancelled,
             "prompt_tokens": self.prompt_tokens, "cached_prompt_tokens": self.cached_prompt_tokens,
+            "evaluated_prompt_tokens": self.prompt_tokens - self.cached_prompt_tokens,
+            "last_request": dict(self.last_request),
+            "warming": warming,
+            "warms": {**dict(self.warms), "steps": self.warm_steps,
+                      "evaluated_prompt_tokens": self.warm_evaluated_tokens,
+                      "cached_prompt_tokens": self.warm_cached_tokens,
+                      "generated_tokens": self.warm_generated_tokens},
             "completion_tokens": self.completion_tokens, "draft_tokens": self.draft_tokens,
             "accepted_draft_tokens": self.accepted_draft_tokens,
             "acceptance_rate": (self.accepted_draft_tokens / self.draft_tokens

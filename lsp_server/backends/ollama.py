@@ -1,7 +1,8 @@
 """Ollama `/api/generate` (NDJSON), `raw: true` with specfill's FIM text.
 
 The last object has `done: true`, `prompt_eval_count` (tokens prefilled: Ollama does not
-report reuse separately) and `eval_count`. No speculative decoding, so no draft counts.
+report reuse separately) and `eval_count`. No speculative decoding, so no draft counts. Not
+warmed: Ollama keeps prefilling after a disconnect, so a real request could not stop a warm.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ include_usage` makes the last chunk carry `usage` (vLLM adds `prompt_tokens_deta
 cached_tokens` with `--enable-prompt-tokens-details`). `session_id` (vLLM) and the
 `x-session-id` header let a router keep a document on one engine. Draft counts: vLLM's
 per-request `metrics.speculative_decoding` (`--per-request-spec-decode-metrics`), or
-llama-server's `timings` when it is the server.
+llama-server's `timings` when it is the server. A warm is a one-token request: vLLM and SGLang
+keep its prefix with their automatic prefix caching.
 """
 
 from __future__ import annotations
@@ -57,3 +58,10 @@ class OpenAI(Dialect):
         choice = choices[0] if choices and isinstance(choices[0], dict) else {}
         return Chunk(text=choice.get("text") or "", finish_reason=choice.get("finish_reason"),
                      usage=_usage(obj))
+
+    def warm_body(self, prompt: str, model: str, session: str) -> dict[str, Any] | None:
+        return {**({"model": model} if model else {}), "prompt": prompt, "max_tokens": 1,
+                "temperature": 0.0, "stream": False, "session_id": session}
+
+    def warm_usage(self, obj: dict[str, Any]) -> Usage:
+        return _usage(obj)

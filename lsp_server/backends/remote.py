@@ -8,11 +8,12 @@ closes the connection at once, which is how serving engines learn to stop genera
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import ssl
 import time
-from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any, AsyncIterator, Iterator
 
 import httpx
 
@@ -23,8 +24,9 @@ from lsp_server.backends.ollama import Ollama
 from lsp_server.backends.openai import OpenAI
 from lsp_server.backends.prompt_text import QWEN_STOP_TEXT
 from lsp_server.backends.urls import display_url
+from lsp_server.backends.warming import DOWN, WarmState
 from lsp_server.backends.wire import (Chunk, Dialect, RemoteError, Usage, error_message,
-                                      prometheus_counters, sse_payload)
+                                      json_object, prometheus_counters, sse_payload)
 from lsp_server.engine.stopping import stop_index
 from lsp_server.engine.types import DrafterStats, EngineEvent, Finished, Stats, TextDelta
 
@@ -62,6 +64,14 @@ class RemoteBackend:
         self._metrics: bool | None = None  # whether the server exposes /metrics (None: unknown)
         self._scraped_at = float("-inf")
         self._scrape: asyncio.Task | None = None
+        self.active = 0  # real requests streaming from this server now
+        self.warming = WarmState()
+        # False once the server refused a prompt with other files' chunks (too long for its
+        # context, say): it gets the file alone from then on.
+        self.repo_layout = True
+        # The text this server's cache last took from specfill (a prompt and what was
+        # generated after it): a warm starts its steps where a new prompt leaves it.
+        self.cached_text = ""
 
     def client(self) -> httpx.AsyncClient:
         # Built on first use, inside the event loop that will use it.
@@ -98,53 +108,76 @@ class RemoteBackend:
         """TextDelta events (the full text so far) and one Finished; raises RemoteError when the
         request failed before it finished. Cancelling the consumer closes the stream."""
         self.meter.requests += 1
+        self.warming.cancel()  # a real request never waits behind a warm (backends.warming)
+        self.active += 1
+        try:
+            async with contextlib.aclosing(self._generate(req, session)) as events:
+                async for event in events:
+                    yield event
+        finally:
+            self.active -= 1
+
+    async def _generate(self, req: BackendRequest, session: str) -> AsyncIterator[EngineEvent]:
         started = time.perf_counter()
         stats = Stats(stop_reason="")
         usage, text, finished = Usage(), "", False
+        if req.plain_text and not self.repo_layout:
+            req = replace(req, prompt_text=req.plain_text, plain_text="")
         body = self.dialect.body(req, self.settings.model, session)
+        self.cached_text = req.prompt_text  # what the slot will hold, however this ends
         try:
-            async with self.client().stream("POST", self.dialect.path, json=body,
-                                            headers={SESSION_HEADER: session}) as response:
-                if response.status_code != 200:
-                    raise self._http_error(response.status_code, await response.aread())
-                async for chunk in self._chunks(response):
-                    usage.merge(chunk.usage)
-                    new = text + chunk.text
-                    cut = _cut(new, req)
-                    if cut is not None:
-                        new, stats.stop_reason = new[:cut], "stop-rule"
-                    if new != text:
-                        now = time.perf_counter() - started
-                        if stats.ttft_s is None:
-                            stats.ttft_s = now
-                            self.meter.first_text_s.append(now)
-                        stats.token_times_s.append(now)
-                        yield TextDelta(req.id, new[len(text):], new)
-                        text = new
-                    if stats.stop_reason or chunk.done:
-                        # Leaving `async with` closes the stream: a stop-rule cut ends the
-                        # server's work too.
-                        stats.stop_reason = stats.stop_reason or _reason(chunk.finish_reason)
-                        finished = True
-                        break
-            if not finished:
-                raise RemoteError("protocol", f"{self.url} ended the stream without a final chunk")
-        except RemoteError as exc:
-            self._fail(exc)
-            raise
-        except httpx.HTTPError as exc:
-            error = self._transport_error(exc)
-            self._fail(error)
-            raise error from None
+            with self._failures():
+                async with self.client().stream("POST", self.dialect.path, json=body,
+                                                headers={SESSION_HEADER: session}) as response:
+                    if response.status_code != 200:
+                        raise self._http_error(response.status_code, await response.aread())
+                    async for chunk in self._chunks(response):
+                        usage.merge(chunk.usage)
+                        new = text + chunk.text
+                        cut = _cut(new, req)
+                        if cut is not None:
+                            new, stats.stop_reason = new[:cut], "stop-rule"
+                        if new != text:
+                            now = time.perf_counter() - started
+                            if stats.ttft_s is None:
+                                stats.ttft_s = now
+                                self.meter.first_text_s.append(now)
+                            stats.token_times_s.append(now)
+                            yield TextDelta(req.id, new[len(text):], new)
+                            text = new
+                        if stats.stop_reason or chunk.done:
+                            # Leaving `async with` closes the stream: a stop-rule cut ends the
+                            # server's work too.
+                            stats.stop_reason = stats.stop_reason or _reason(chunk.finish_reason)
+                            finished = True
+                            break
+                if not finished:
+                    raise RemoteError("protocol", f"{self.url} ended the stream without a final chunk")
         except (asyncio.CancelledError, GeneratorExit):
             self.meter.cancelled += 1
             raise
         stats.total_s = time.perf_counter() - started
+        self.cached_text = req.prompt_text + text
         self._record(usage, stats)
         if usage.draft_tokens is None:
             self._maybe_scrape()
         self.healthy, self.last_error = True, None
         yield Finished(req.id, text, (), stats, stats.stop_reason)
+
+    async def warm_step(self, prompt: str, session: str) -> Usage:
+        """One warm request (backends.warming): the server loads `prompt`, generates nothing.
+        Raises RemoteError like a request does, and counts in the server's health alike."""
+        body = self.dialect.warm_body(prompt, self.settings.model, session)
+        assert body is not None
+        with self._failures(health_only=True):
+            response = await self.client().post(self.dialect.path, json=body,
+                                                headers={SESSION_HEADER: session})
+            if response.status_code != 200:
+                raise self._http_error(response.status_code, response.content)
+            usage = self.dialect.warm_usage(json_object(response.text))
+            self.cached_text = prompt
+        self.healthy = True
+        return usage
 
     async def _chunks(self, response: httpx.Response) -> AsyncIterator[Chunk]:
         async for line in response.aiter_lines():
@@ -157,7 +190,7 @@ class RemoteBackend:
 
     def _record(self, usage: Usage, stats: Stats) -> None:
         self.meter.completed += 1
-        self.meter.add_usage(usage)
+        self.meter.add_request(usage)
         self.meter.latency_s.append(stats.total_s)
         stats.prompt_tokens = usage.prompt_tokens or 0
         stats.prefilled_tokens = (usage.prompt_tokens or 0) - (usage.cached_prompt_tokens or 0)
@@ -185,6 +218,23 @@ class RemoteBackend:
             counters = prometheus_counters(response.text)
             if counters:
                 self.meter.server_counters = {**counters, "source": "/metrics, server-wide"}
+
+    @contextlib.contextmanager
+    def _failures(self, health_only: bool = False) -> Iterator[None]:
+        """A failed request, however it failed, as one RemoteError counted in the health.
+        `health_only` (a warm): only an outage is counted; a refusal (a key, TLS, a body)
+        leaves the health and the last error to the real requests, which tell the user."""
+        try:
+            yield
+        except RemoteError as exc:
+            if not health_only or exc.kind in DOWN:
+                self._fail(exc)
+            raise
+        except httpx.HTTPError as exc:
+            error = self._transport_error(exc)
+            if not health_only or error.kind in DOWN:
+                self._fail(error)
+            raise error from None
 
     def _fail(self, error: RemoteError) -> None:
         self.meter.errors[error.kind] += 1

@@ -7,7 +7,8 @@ server goes away only its own documents move, and they move back when it returns
 that fails before it finished is retried on the next server in the document's order; the
 text streamed so far is replaced (events carry the full text), so every request still gets
 exactly one answer. Messages: one popup when every server is down (and when a server refuses
-the request for a reason the user must fix), log lines for the rest.
+the request for a reason the user must fix), log lines for the rest. Warms (backends.warming)
+go to the server the document sticks to, count in its health, and never pop a message.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import AsyncIterator, Callable
 from lsp_server.backends.base import Backend, BackendRequest, PromptCodec
 from lsp_server.backends.prompt_text import TextCodec
 from lsp_server.backends.remote import RemoteBackend
+from lsp_server.backends.warming import REFUSALS, WARM_STEP_TOKENS, WarmOutcome, add_step, steps_to_send
 from lsp_server.backends.wire import RemoteError
 from lsp_server.engine.types import EngineEvent, Finished, Stats
 
@@ -57,6 +59,7 @@ class Router:
         self.failovers = 0
         self.fallbacks = 0
         self._primes: list[asyncio.Task] = []
+        self.warm_step_tokens = WARM_STEP_TOKENS
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # built outside an event loop (tests): the first request connects
@@ -90,10 +93,12 @@ class Router:
 
     def is_idle(self) -> bool:
         local_idle = self.fallback.is_idle() if self.fallback is not None else True
-        return not self._pumps and local_idle
+        warming = any(r.warming.busy() for r in self.remotes)
+        return not self._pumps and not warming and local_idle
 
     def stats(self) -> list[dict]:
-        lines = [r.meter.to_json(r.healthy) for r in self.remotes]
+        lines = [r.meter.to_json(r.healthy, "on" if r.warming.enabled else
+                                 f"off: {r.warming.off_reason}") for r in self.remotes]
         if self.fallback is not None:
             lines += self.fallback.stats()
         return lines
@@ -101,10 +106,59 @@ class Router:
     def stop(self) -> None:
         for task in [*self._primes, *self._pumps.values()]:
             task.cancel()
+        for remote in self.remotes:
+            remote.warming.cancel()
         if self._health_task is not None:
             self._health_task.cancel()
         if self.fallback is not None:
             self.fallback.stop()
+
+    # -- warming --------------------------------------------------------------------
+
+    def warm(self, request: BackendRequest,
+             on_done: Callable[[WarmOutcome], None] | None = None) -> bool:
+        """Load `request`'s prompt into the cache of the server its document sticks to, in
+        the background; a newer warm on that server replaces this one. False: not sent (no
+        healthy server, or that server does not take warms)."""
+        home = next((b for b in affinity_order(request.affinity, self.remotes) if b.healthy), None)
+        if home is None or not home.warming.enabled or not request.prompt_text:
+            return False
+        if home.dialect.warm_body("", "", "") is None:
+            return False
+        home.warming.cancel()
+        task = asyncio.get_running_loop().create_task(self._warm(home, request, on_done))
+        home.warming.task = task
+        return True
+
+    async def _warm(self, backend: RemoteBackend, request: BackendRequest,
+                    on_done: Callable[[WarmOutcome], None] | None) -> None:
+        text = request.plain_text if request.plain_text and not backend.repo_layout else request.prompt_text
+        session = session_key(request.affinity)
+        outcome = WarmOutcome("warm")
+        try:
+            cuts = steps_to_send(text, backend.cached_text, self.warm_step_tokens)
+            if not cuts:
+                outcome.reason = "cached"
+            for cut in cuts:
+                if backend.active:  # a real request runs there: its prompt fills the cache
+                    outcome.reason = "aborted"
+                    break
+                add_step(outcome, await backend.warm_step(text[:cut], session))
+        except asyncio.CancelledError:
+            outcome.reason = "aborted"
+            raise
+        except RemoteError as exc:
+            outcome.reason = "error"
+            if exc.kind in REFUSALS:
+                backend.warming.turn_off(backend.url, exc)
+            else:  # down: counted in its health (warm_step), told by the next real request
+                log.info("specfill: a cache warm-up to %s failed: %s", backend.url, exc)
+            if not backend.healthy:
+                self._ensure_health_checks()
+        finally:
+            backend.meter.add_warm(outcome)
+            if on_done is not None:
+                on_done(outcome)
 
     # -- one request ----------------------------------------------------------------
 
@@ -139,8 +193,14 @@ class Router:
         for backend in [b for b in order if b.healthy]:
             tried += 1
             try:
-                async for event in backend.generate(request, session):
-                    emit(event)
+                try:
+                    async for event in backend.generate(request, session):
+                        emit(event)
+                except RemoteError as exc:
+                    if not self._refused_layout(backend, request, exc):
+                        raise
+                    async for event in backend.generate(request, session):  # the file alone
+                        emit(event)
                 self._recovered(backend)
                 return
             except RemoteError as exc:
@@ -164,6 +224,18 @@ class Router:
         emit(_unavailable(request))
 
     # -- health and messages ----------------------------------------------------------
+
+    def _refused_layout(self, backend: RemoteBackend, request: BackendRequest,
+                        exc: RemoteError) -> bool:
+        """A 4xx to a prompt carrying other files (too long for the server's context, a
+        server that will not take the control tokens): from now on that server gets the
+        file alone, said once in the log."""
+        if exc.kind != "http_4xx" or not request.plain_text or not backend.repo_layout:
+            return False
+        backend.repo_layout = False
+        log.warning("specfill: %s refused a prompt with other files' context (%s); it gets "
+                    "the current file alone from now on", backend.url, exc)
+        return True
 
     def _failed(self, backend: RemoteBackend, error: RemoteError) -> None:
         log.warning("specfill: %s", error)

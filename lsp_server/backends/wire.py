@@ -107,6 +107,15 @@ class Dialect:
         """One framed payload -> a chunk (None: nothing in it, e.g. a keep-alive)."""
         raise NotImplementedError
 
+    def warm_body(self, prompt: str, model: str, session: str) -> dict[str, Any] | None:
+        """A request that loads `prompt` into the server's cache and generates (next to)
+        nothing, not streamed; None: this server is not warmed (backends.warming)."""
+        return None
+
+    def warm_usage(self, obj: dict[str, Any]) -> Usage:
+        """The prompt numbers of a warm's (non-streamed) answer."""
+        return Usage()
+
 
 # Server-wide speculative decoding counters, for servers whose responses carry no per-request
 # draft counts (vLLM without --per-request-spec-decode-metrics). Same names in vLLM (`vllm:`)

@@ -14,6 +14,13 @@ Three parts (`--part`, default all):
   `--burst`-th keystroke typed before the previous answer (a superseded request); one server
   is killed halfway. Checks that every request is answered exactly once and that a document
   stays on its server while that server lives.
+- warm: what a real request waits behind a cache warm-up (backends.warming). Per sample, a
+  cold request alone, and the same cold request sent `--warm-delay-s` into a warm of another
+  long prompt (the two alternate who goes first; a long warm of a third prompt between them
+  evicts the slot), first as specfill sends warms (steps of WARM_STEP_TOKENS) and then as one
+  whole-prompt request (a warm of 1,024 tokens); beside them the server's time for one warm
+  step and for one token. Its server runs with `--cache-ram 0`, so an evicted prompt is gone.
+  Goes through the Router and the real server, not the LSP (overhead measures that).
 Output: DIR/results.json and DIR/results.md.
 """
 
@@ -33,7 +40,9 @@ import httpx
 from lsp_server.backends.llama_binary import LlamaServerProcess, llama_server_path
 from lsp_server.backends.llama_server import LlamaServer
 from lsp_server.backends.prompt_text import TextCodec
-from lsp_server.backends.routing import session_key
+from lsp_server.backends.remote import RemoteBackend, RemoteSettings
+from lsp_server.backends.routing import Router, session_key
+from lsp_server.backends.warming import WARM_STEP_TOKENS
 from lsp_server.bench.report import markdown_table, plain_args, write_json
 from lsp_server.config import config_from_options
 from lsp_server.engine.types import percentile
@@ -42,12 +51,16 @@ from lsp_server.server.client import RequestCancelled, SpecfillClient
 from lsp_server.server.completion import Cursor, prepare
 from lsp_server.server.documents import DocumentStore
 
-TARGETS = {"first_text_overhead_p50_s": 0.030, "cancel_idle_p95_s": 0.250}
+TARGETS = {"first_text_overhead_p50_s": 0.030, "cancel_idle_p95_s": 0.250,
+           "warm_wait_over_step_p50": 1.0}
 POLL_S = 0.005  # /slots polling interval
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--part", choices=["overhead", "cancel", "failover", "all"], default="all")
+    p.add_argument("--part", choices=["overhead", "cancel", "failover", "warm", "all"], default="all")
+    p.add_argument("--warms", type=int, default=6, help="warm: samples")
+    p.add_argument("--warm-delay-s", type=float, default=0.3,
+                   help="warm: how long after the warm starts the real request comes")
     p.add_argument("--out", default="bench-results/remote")
     p.add_argument("--file", default=None, help="Python source for the prompts (default: the stdlib's glob.py)")
     p.add_argument("--prompts", type=int, default=20, help="overhead: prompts (cursor spots)")
@@ -145,7 +158,9 @@ async def part_overhead(args, source: str, uri: str, server: LlamaServerProcess)
     first. (A raw client that stops reading at its first text leaves the server generating
     until it notices; a request sent right then waits for the slot. The first version of this
     benchmark did that before every specfill request, and only there.)"""
-    opts = options([server.url], args.max_new_tokens)
+    # No warms here: one would run between a measurement's idle check and its request (the
+    # first run with warms had +-4 s on either side); `--part warm` measures them.
+    opts = {**options([server.url], args.max_new_tokens), "warm": False}
     rows = []
     async with SpecfillClient(opts) as c, httpx.AsyncClient(timeout=120) as raw:
         await c.wait_ready(30)
@@ -281,6 +296,106 @@ async def part_failover(args, source: str, servers: list[LlamaServerProcess]) ->
             "backends": final["backends"]}
 
 
+def long_prompt_request(source: str, uri: str, tag: str, tokens: int) -> Any:
+    """A prompt of about `tokens` pieces no other prompt shares: its first line is `tag`, and
+    the document is cut short enough for the prefix window to hold all of it."""
+    opts = options(["http://127.0.0.1:1"], 8)
+    opts["contextWindow"] = {"prefixTokens": tokens, "suffixTokens": 64}
+    config, _ = config_from_options(opts)
+    head = source[:tokens * 3]
+    text = f"# {tag}\n" + head[:head.rfind("\n") + 1]
+    doc = DocumentStore().open(uri, "python", 1, text)
+    lines = text.splitlines()
+    return prepare(doc, Cursor(uri, 1, len(lines) - 1, 0), "utf-16", config,
+                   TextCodec().as_prompt_codec()).request
+
+
+async def first_text_through(router: Router, request: Any) -> tuple[float, int]:
+    """(seconds to the first streamed text, prompt tokens the server evaluated)."""
+    t0 = time.monotonic()
+    first, evaluated = None, 0
+    async for event in router.submit(request):
+        if first is None and getattr(event, "text", "").strip():
+            first = time.monotonic() - t0
+        if hasattr(event, "stats") and getattr(event, "reason", None) is not None:
+            evaluated = event.stats.prefilled_tokens
+    return (first if first is not None else time.monotonic() - t0), evaluated
+
+
+async def part_warm(args, source: str, uri: str, server: LlamaServerProcess) -> dict:
+    backend = RemoteBackend(RemoteSettings(server.url, "llama-server", timeout_s=300.0))
+    router = Router([backend], lambda message: None)
+    rows: list[dict] = []
+    async with httpx.AsyncClient(timeout=300) as poll:
+        async def warm_fully(request: Any) -> None:
+            router.warm(request)
+            await backend.warming.task
+
+        async def alone(real: Any, evict: Any) -> tuple[float, int]:
+            await warm_fully(evict)  # the slot holds another prompt: the request is cold
+            return await first_text_through(router, real)
+
+        async def during_warm(real: Any, evict: Any, warm: Any, step: int) -> tuple[float, int]:
+            await warm_fully(evict)
+            router.warm_step_tokens = step
+            router.warm(warm)
+            await asyncio.sleep(args.warm_delay_s)
+            try:
+                return await first_text_through(router, real)
+            finally:
+                router.warm_step_tokens = WARM_STEP_TOKENS
+                await wait_idle(poll, server.url)
+
+        for i, statement in enumerate(spots(source, args.warms)):
+            text, spot = half_typed(source, statement)
+            doc_uri = f"{uri}.warm{i}.py"
+            real = prepare(DocumentStore().open(doc_uri, "python", 1, text), Cursor(doc_uri, 1, *spot),
+                           "utf-16", config_from_options(options([server.url], args.max_new_tokens))[0],
+                           TextCodec().as_prompt_codec()).request
+            # [evict, warm] for each way of warming: evict is short, it only has to leave
+            # another prompt in the slot so the request is cold.
+            prompts = [long_prompt_request(source, f"{uri}.long{i}-{j}.py", f"sample {i} prompt {j}",
+                                           128 if j % 2 == 0 else 1024) for j in range(4)]
+            row: dict = {"spot": spot}
+            for name, step in (("stepped", WARM_STEP_TOKENS), ("whole", 10**9)):
+                evict, warm = prompts[:2] if name == "stepped" else prompts[2:]
+                if i % 2 == 0:
+                    base, base_n = await alone(real, evict)
+                    with_warm, warm_n = await during_warm(real, evict, warm, step)
+                else:
+                    with_warm, warm_n = await during_warm(real, evict, warm, step)
+                    base, base_n = await alone(real, evict)
+                row[name] = {"alone_s": base, "during_warm_s": with_warm, "wait_s": with_warm - base,
+                             "evaluated_alone": base_n, "evaluated_during_warm": warm_n}
+            # One warm step, cold, and the server's time per generated token.
+            cold = long_prompt_request(source, f"{uri}.step{i}.py", f"step {i}", WARM_STEP_TOKENS)
+            await warm_fully(prompts[0])
+            t0 = time.monotonic()
+            await backend.warm_step(cold.prompt_text, "bench")
+            row["warm_step_s"] = time.monotonic() - t0
+            body = {**body_for(text, doc_uri, spot, options([server.url], 16)), "n_predict": 16,
+                    "stream": False, "stop": [], "ignore_eos": True}
+            timings = (await poll.post(server.url + "/completion", json=body)).json()["timings"]
+            row["token_s"] = timings["predicted_ms"] / 1000 / max(timings["predicted_n"], 1)
+            rows.append(row)
+            print(f"[remote] warm {i + 1}: {row}", flush=True)
+    router.stop()
+    await backend.aclose()
+
+    def p(key: str, sub: str | None = None, q: int = 50) -> float | None:
+        values = sorted(r[key][sub] if sub else r[key] for r in rows)
+        return percentile(values, q)
+
+    step = p("warm_step_s")
+    return {"samples": len(rows), "warm_step_tokens": WARM_STEP_TOKENS, "delay_s": args.warm_delay_s,
+            "wait_stepped_p50_s": p("stepped", "wait_s"), "wait_stepped_max_s": p("stepped", "wait_s", 100),
+            "wait_whole_p50_s": p("whole", "wait_s"), "wait_whole_max_s": p("whole", "wait_s", 100),
+            "alone_p50_s": p("stepped", "alone_s"), "warm_step_p50_s": step,
+            "token_p50_s": p("token_s"),
+            "warm_wait_over_step_p50": (p("stepped", "wait_s") / step) if step else None,
+            "rows": rows}
+
+
 def run(args: argparse.Namespace) -> int:
     if llama_server_path() is None:
         raise SystemExit("no llama-server built: run `make llama-server`")
@@ -292,7 +407,7 @@ def run(args: argparse.Namespace) -> int:
     target = gguf("qwen2.5-coder-1.5b", args.target_gguf)
     draft = gguf("qwen2.5-coder-0.5b", args.draft_gguf) if args.draft else None
     result: dict[str, Any] = {"args": plain_args(args), "file": str(path), "targets": TARGETS}
-    parts = ["overhead", "cancel", "failover"] if args.part == "all" else [args.part]
+    parts = ["overhead", "cancel", "failover", "warm"] if args.part == "all" else [args.part]
     if {"overhead", "cancel"} & set(parts):
         with LlamaServerProcess(target, draft, threads=args.threads,
                                 log_path=out / "llama-server.log") as server:
@@ -302,6 +417,14 @@ def run(args: argparse.Namespace) -> int:
             if "cancel" in parts:
                 result["cancel"] = asyncio.run(part_cancel(args, source, uri, server))
                 print(f"[remote] cancel: {summary_line(result['cancel'])}", flush=True)
+
+    if "warm" in parts:
+        # No host-RAM prompt cache (`--cache-ram`, 8 GiB by default in this build): it would
+        # restore an evicted prompt, and the cold request would not be cold.
+        with LlamaServerProcess(target, None, threads=args.threads, extra=("--cache-ram", "0"),
+                                log_path=out / "llama-server-warm.log") as server:
+            result["warm"] = asyncio.run(part_warm(args, source, uri, server))
+        print(f"[remote] warm: {summary_line(result['warm'])}", flush=True)
     if "failover" in parts:
         servers = [LlamaServerProcess(target, threads=max(args.threads // 2, 1),
                                       log_path=out / f"llama-server-{i}.log").start() for i in range(2)]
@@ -336,6 +459,19 @@ def report(result: dict) -> str:
                  ["cancel -> slot idle, p95", c["cancel_idle_p95_s"], "s", TARGETS["cancel_idle_p95_s"], c["samples"]],
                  ["llama-server time per token (same prompts), p50", c["server_token_interval_p50_s"],
                   "s", None, c["samples"]]]
+    w = result.get("warm")
+    if w:
+        rows += [[f"request during a warm (steps of {w['warm_step_tokens']}): extra wait p50",
+                  w["wait_stepped_p50_s"], "s", None, w["samples"]],
+                 ["  the same, max", w["wait_stepped_max_s"], "s", None, w["samples"]],
+                 ["  extra wait / one warm step, p50", w["warm_wait_over_step_p50"], "",
+                  TARGETS["warm_wait_over_step_p50"], w["samples"]],
+                 ["request during a whole-prompt warm: extra wait p50", w["wait_whole_p50_s"], "s",
+                  None, w["samples"]],
+                 ["  the same, max", w["wait_whole_max_s"], "s", None, w["samples"]],
+                 ["cold request alone, first text p50", w["alone_p50_s"], "s", None, w["samples"]],
+                 ["one warm step (cold), p50", w["warm_step_p50_s"], "s", None, w["samples"]],
+                 ["one generated token, p50", w["token_p50_s"], "s", None, w["samples"]]]
     if f:
         rows += [["requests answered exactly once", f"{f['answered']}/{f['requests']}", "", None, f["requests"]],
                  ["documents moved while their server lived",

@@ -8,8 +8,10 @@ The model was trained to stop on `<|file_sep|>`; the runtime stops on every spec
 KV-cache reuse decides the shape: the chunks come first, in a stable order, and a document
 keeps its plan (the chunks and their token ids) while the cursor stays in the same block of
 `BLOCK_LINES` lines and the same other files are open, so typing still only appends to the
-prompt and a keystroke prefills a few tokens. Chunk texts are snapshots: editing another file changes this file's prompt only
-when its plan is renewed.
+prompt and a keystroke prefills a few tokens. Chunk texts are snapshots: editing another file
+changes this file's prompt only when its plan is renewed. The plan keeps its chunks, not only
+their ids: a prompt for another codec (a remote server's text, where every request has a fresh
+piece table) lays out the same chunks again, so local and remote prompts carry the same text.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class Plan:
     key: tuple
     chunks: tuple[Chunk, ...]
     ids: tuple[int, ...]  # everything before the FIM prompt; () when there are no chunks
+    encode: Encode | None = None  # what `ids` were encoded with
 
 
 def uri_path(uri: str) -> str:
@@ -105,12 +108,15 @@ class CrossFileContext:
         key = (cursor_line // BLOCK_LINES, budget_tokens, sources, frozenset(o.path for o in others))
         plan = self._plans.get(uri)
         if plan is not None and plan.key == key:
-            return plan
-        kinds = ("definitions", "similar") if sources == "all" else (sources,)
-        chunks = pick_chunks(current, query_text(prefix, suffix), others, budget_tokens,
-                             lambda text: len(encode(text)), kinds)
+            if plan.encode == encode:
+                return plan
+            chunks = list(plan.chunks)  # the same chunks, encoded for this codec
+        else:
+            kinds = ("definitions", "similar") if sources == "all" else (sources,)
+            chunks = pick_chunks(current, query_text(prefix, suffix), others, budget_tokens,
+                                 lambda text: len(encode(text)), kinds)
         ids = layout_ids(chunks, current.path, roots, current.language, encode, tokens) if chunks else []
-        plan = Plan(key, tuple(chunks), tuple(ids))
+        plan = Plan(key, tuple(chunks), tuple(ids), encode)
         self._plans[uri] = plan
         return plan
 

@@ -23,7 +23,7 @@ from lsp_server.context.postprocess import final_text, stream_text
 from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 from lsp_server.context.snippets import SourceFile
 from lsp_server.context.workspace_files import WorkspaceFiles
-from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, TextDelta
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, Stats, TextDelta
 from lsp_server.server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.server.protocol import StreamUpdate
 from lsp_server.server.stats import ServerStats
@@ -100,14 +100,20 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec:
 
     def build(codec: PromptCodec) -> BackendRequest:
         prompt = build_fim_prompt(prefix, suffix, codec.encode, codec.fim, budget, window.fimMode)
-        ids = (*head(prefix, suffix), *prompt.ids) if codec.render is None else tuple(prompt.ids)
-        # A server that takes text cannot be made to spell out a healed token: the cut text
-        # goes back into the prompt instead.
-        text = codec.render(list(ids)) + prompt.heal if codec.render else ""
+        others = head(prefix, suffix)
+        ids = (*others, *prompt.ids)
+        text = plain = ""
+        if codec.render is not None:
+            # A server that takes text cannot be made to spell out a healed token: the cut
+            # text goes back into the prompt instead. `plain`: the same prompt without other
+            # files, for a server that refuses the repository-level one.
+            text = codec.render(list(ids)) + prompt.heal
+            plain = codec.render(list(prompt.ids)) + prompt.heal if others else ""
         request = CompletionRequest(
             request_id, () if codec.render else ids, policy, config.temperature,
             config.topP, heal="" if codec.render else prompt.heal)
-        return BackendRequest(request, text, stop_strings(policy), cursor.uri, rebuild=build)
+        return BackendRequest(request, text, stop_strings(policy), cursor.uri, rebuild=build,
+                              plain_text=plain)
 
     request = build(codec)
     # The user's code stays out of the log unless they asked for debug.
@@ -152,7 +158,7 @@ class CompletionService:
 
         return prepare(doc, cursor, encoding, config, codec, head)
 
-    # -- warming (the local engine only) ------------------------------------------------
+    # -- warming: the local engine's worker, or the remote server a document sticks to ---
 
     def _local_worker(self) -> Any:
         backend = self.backend_ref()
@@ -163,7 +169,8 @@ class CompletionService:
         preempts it). `doc`: a detached document to warm instead of the stored one."""
         config, backend = self.config_ref(), self.backend_ref()
         worker = self._local_worker()
-        if not (config.enabled and config.warm) or worker is None or backend is None:
+        remote = getattr(backend, "warm", None)  # backends.routing.Router.warm
+        if not (config.enabled and config.warm) or backend is None or (worker is None and remote is None):
             return
         task = asyncio.create_task(self._warm_logged(backend, worker, cursor, encoding, doc))
         self._warms.add(task)
@@ -192,6 +199,10 @@ class CompletionService:
         if doc is None or doc.problem or (running is not None and not running.task.done()):
             return  # closed, out of sync, or a real request is prefilling this document anyway
         cursor = replace(cursor, version=doc.version)
+        if worker is None:  # a remote server: the very prompt a request here would send
+            request = self._prepare(doc, cursor, encoding, config, backend.codec()).request
+            backend.warm(request, self._remote_warm_done)
+            return
         prepared = self._prepare(doc, cursor, encoding, config, backend.codec()).request.request
         policy = replace(prepared.policy, max_new_tokens=0)
         request = replace(prepared, id=prepared.id + "-warm", policy=policy)
@@ -201,6 +212,11 @@ class CompletionService:
                 final = event
         if final is not None:
             self.stats.warm(final.reason, final.stats)
+
+    def _remote_warm_done(self, outcome: Any) -> None:
+        """`outcome`: a backends.warming.WarmOutcome, counted with the local warms."""
+        self.stats.warm(outcome.reason, Stats(prompt_tokens=outcome.prompt_tokens,
+                                              prefilled_tokens=outcome.evaluated_tokens))
 
     def _warm_after(self, cursor: Cursor, encoding: str, text: str) -> None:
         """After a completion: warm the prompt the user gets by accepting it."""

@@ -84,8 +84,9 @@ class ServerStats:
                                       "last": None}
 
     def warm(self, reason: str, stats: Stats) -> None:
-        """reason: warm (done) | aborted (preempted by a request) | error"""
-        key = reason if reason in ("warm", "aborted") else "error"
+        """reason: warm (done) | aborted (preempted by a request) | error; a remote warm
+        with nothing to send (cached) counts as done"""
+        key = reason if reason in ("warm", "aborted") else "warm" if reason == "cached" else "error"
         self.warms[key] += 1
         self.warms["prefilled_tokens"] += stats.prefilled_tokens
         self.warms["last"] = {"reason": reason, "prompt_tokens": stats.prompt_tokens,

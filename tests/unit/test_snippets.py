@@ -127,11 +127,35 @@ def test_opening_another_file_renews_the_plan_once():
     tokens = RepoTokens(1000, 1001)
     current = source("/w/pkg/main.py", MAIN)
 
+    def encode(text):
+        return [ord(c) for c in text]
+
     def plan(others):
         return context.prefix_ids("file:///w/pkg/main.py", current, 3, MAIN, "", others, ["/w"], 500,
-                                  lambda t: [ord(c) for c in t], tokens)
+                                  encode, tokens)
 
     assert plan([]).chunks == ()
     shapes = source("/w/pkg/shapes.py", SHAPES)
     renewed = plan([shapes])
     assert renewed.chunks and plan([shapes]) is renewed
+
+
+def test_a_kept_plan_is_laid_out_again_for_another_codec_with_the_same_chunks():
+    from lsp_server.backends.prompt_text import TextCodec
+
+    context = CrossFileContext()
+    current, shapes = source("/w/pkg/main.py", MAIN), source("/w/pkg/shapes.py", SHAPES)
+
+    def plan(codec, text=MAIN):
+        return context.prefix_ids("file:///w/pkg/main.py", current, 3, text, "", [shapes], ["/w"],
+                                  500, codec.encode, codec.repo)
+
+    first_codec, second_codec = TextCodec(), TextCodec()  # a remote request's fresh piece table
+    first = plan(first_codec)
+    # Typing inside the block changes what would be picked, not the chunks the prompt carries.
+    second = plan(second_codec, "from os import path\n")
+    assert second.chunks == first.chunks
+    assert second_codec.render(list(second.ids)) == first_codec.render(list(first.ids))
+    text = first_codec.render(list(first.ids))
+    assert text.startswith("<|repo_name|>w\n<|file_sep|>pkg/shapes.py\n")
+    assert text.endswith("<|file_sep|>pkg/main.py\n") and "def area(radius):" in text
