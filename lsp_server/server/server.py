@@ -235,6 +235,7 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> None:
         d = params.text_document
+        ls.completions.precomputes.cancel(d.uri)  # nothing runs in the background while typing
         outcome = ls.documents.change(d.uri, d.version, params.content_changes, ls.encoding)
         if outcome.error:
             ls.log_once(outcome.error, key="bad-change")
@@ -251,6 +252,8 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpecfillServer, params: lsp.DidCloseTextDocumentParams) -> None:
         ls.documents.close(params.text_document.uri)
+        ls.completions.precomputes.cancel(params.text_document.uri)
+        ls.completions.precomputes.discard(params.text_document.uri)
         ls.completions.cross_file.forget(params.text_document.uri)
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
