@@ -33,7 +33,7 @@ LOOKUP_MIN_MATCH = 3
 # Tokens of lookup proposals judged before its acceptance rate in a request counts.
 LOOKUP_TRIAL_TOKENS = 8
 # Greedy generations remembered for type-through and precomputed answers (lineage.py).
-LINEAGES = 8
+LINEAGES = 32
 
 
 @dataclass

@@ -250,7 +250,9 @@ class CompletionService:
         """A real request: stop the background chain, and count the guesses it disproves."""
         self.precomputes.cancel(cursor.uri)
         state = Assumed(cursor.uri, doc.text, cursor.line, cursor.character)
-        self.stats.missed(self.precomputes.settle(cursor.uri, state))
+        offset = doc.offset_at(cursor.line, cursor.character, encoding)
+        self.stats.missed(self.precomputes.settle(cursor.uri, state, doc.text[:offset],
+                                                  doc.text[offset:]))
 
     def _warm_after(self, cursor: Cursor, encoding: str, text: str) -> None:
         """After a completion: warm the prompt the user gets by accepting it."""

@@ -44,6 +44,12 @@ def accepts(completion: str) -> list[str]:
     return [completion] + ([first] if first.strip() and first != completion else [])
 
 
+def reachable(state: Assumed, before: str, after: str) -> bool:
+    """Typing more at the cursor (through the suggestion) can still make `state`."""
+    return (len(state.text) > len(before) + len(after) and state.text.startswith(before)
+            and state.text.endswith(after))
+
+
 @dataclass
 class Precomputes:
     """Per document: the running chain of precomputes and the states they assumed."""
@@ -56,7 +62,10 @@ class Precomputes:
               run_one: Callable[[Pending], Awaitable[None]]) -> None:
         """Run `run_one` for each in turn (a newer warm would preempt an older one)."""
         self.cancel(uri)
-        self.discard(uri)
+        states = {item.state for item in chain}
+        for old in self.pending.pop(uri, []):
+            if old.state not in states:  # one that the new chain assumes again lives on in it
+                self._discard(old)
         self.pending[uri] = chain
 
         async def run_all() -> None:
@@ -73,11 +82,15 @@ class Precomputes:
         if task is not None:
             task.cancel()
 
-    def settle(self, uri: str, state: Assumed) -> int:
-        """A real request at `state`: every other assumed state was a wrong guess. Returns
-        how many precomputes that discards (the misses)."""
+    def settle(self, uri: str, state: Assumed, before: str, after: str) -> int:
+        """A real request at `state` (its text is `before` + `after`, split at the cursor):
+        the assumed states it can no longer reach by typing at the cursor were wrong
+        guesses. Returns how many precomputes that discards (the misses)."""
         chain = self.pending.pop(uri, [])
-        missed = [p for p in chain if p.state != state]
+        missed = [p for p in chain if p.state != state and not reachable(p.state, before, after)]
+        kept = [p for p in chain if p not in missed and p.state != state]
+        if kept:
+            self.pending[uri] = kept
         for p in missed:
             self._discard(p)
         return len(missed)

@@ -1,0 +1,68 @@
+"""The bookkeeping of precomputes: which assumed states a request disproves, and what work
+counts as wasted."""
+
+from __future__ import annotations
+
+import asyncio
+
+from lsp_server.server.precompute import Assumed, Pending, Precomputes, accepts, reachable
+
+BEFORE, AFTER = "x = ", "\nprint(x)\n"
+
+
+def state(inserted: str) -> Assumed:
+    return Assumed("u", BEFORE + inserted + AFTER, 0, len(BEFORE + inserted))
+
+
+def test_accepts_offer_all_and_the_first_line_of_several():
+    assert accepts("foo(1)") == ["foo(1)"]
+    assert accepts("if a:\n    b") == ["if a:\n    b", "if a:"]
+    assert accepts("\n    b") == ["\n    b"]  # an empty first line is nothing to accept
+
+
+def test_typing_through_keeps_the_state_reachable():
+    assert reachable(state("foo(1)"), BEFORE + "fo", AFTER)
+    assert not reachable(state("foo(1)"), BEFORE + "fx", AFTER)
+    assert not reachable(state("foo(1)"), BEFORE + "foo(1)", AFTER)  # that is the state itself
+
+
+def test_a_request_elsewhere_misses_and_wastes_the_finished_work():
+    wasted = []
+    book = Precomputes(on_waste=wasted.append)
+    done, running = Pending(state("foo(1)"), "foo(1)"), Pending(state("foo"), "foo")
+    book.pending["u"] = [done, running]
+    book.finished(done, 7)
+    assert book.settle("u", state("bar"), BEFORE + "bar", AFTER) == 2
+    assert wasted == [7]
+    book.finished(running, 3)  # a preempted one reports after it was discarded
+    assert wasted == [7, 3]
+
+
+def test_a_request_at_the_assumed_state_is_no_miss():
+    wasted = []
+    book = Precomputes(on_waste=wasted.append)
+    hit, other = Pending(state("foo(1)"), "foo(1)"), Pending(state("foo"), "foo")
+    book.pending["u"] = [hit, other]
+    book.finished(hit, 5)
+    book.finished(other, 2)
+    # "foo" typed: the "foo" precompute is the state itself, "foo(1)" is still reachable.
+    assert book.settle("u", state("foo"), BEFORE + "foo", AFTER) == 0
+    assert wasted == [] and book.pending["u"] == [hit]
+
+
+def test_an_edit_cancels_the_running_chain():
+    async def main():
+        book = Precomputes()
+        started = asyncio.Event()
+
+        async def run_one(item):
+            started.set()
+            await asyncio.sleep(10)
+
+        book.start("u", [Pending(state("a"), "a")], run_one)
+        await started.wait()
+        task = book.tasks["u"]
+        book.cancel("u")
+        await asyncio.sleep(0)
+        assert task.cancelled() or task.cancelling()
+    asyncio.run(main())
