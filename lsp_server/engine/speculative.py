@@ -45,6 +45,10 @@ class EngineOptions:
     # A warm is preempted within a layer and loses only the chunk it was in: small chunks
     # keep most of a preempted warm's work (a 128-row pass is still efficient on a CPU).
     warm_chunk: int = 128
+    # A precompute (request.background) prefills mostly what its lineage already cached,
+    # so it can take small chunks: a real request preempting it waits for one layer of
+    # this many rows, about what a layer of one decode step costs.
+    background_chunk: int = 16
     lookup_min_match: int = LOOKUP_MIN_MATCH
     lookup_min_acceptance: float = 0.5
     # Most draft tokens per round whatever the policy says (0: no cap). For a target whose
@@ -206,7 +210,8 @@ class SpeculativeEngine:
         """Next-token logits [V] after the prompt, feeding only what the slot lacks."""
         t = time.perf_counter()
         warm = run.request.max_new_tokens <= 0
-        chunk = self.options.warm_chunk if warm else self.options.prefill_chunk
+        chunk = (self.options.background_chunk if run.request.background else
+                 self.options.warm_chunk if warm else self.options.prefill_chunk)
         fed, logits = slot.extend(run.ids, chunk, should_abort)
         if logits is None:  # the slot already held the whole prompt
             logits = slot.sync(run.ids)
