@@ -221,7 +221,7 @@ class CompletionService:
             head = doc.text[:offset] + accepted
             line, character = offset_to_position(head, len(head), encoding)
             state = Assumed(cursor.uri, head + doc.text[offset:], line, character)
-            chain.append(Pending(state, accepted))
+            chain.append(Pending(state, accepted, doc.text[:offset], doc.text[offset:]))
         self.precomputes.start(cursor.uri, chain,
                                lambda item: self._precompute(item, doc, offset, encoding))
 

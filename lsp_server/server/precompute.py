@@ -33,6 +33,16 @@ class Assumed:
 class Pending:
     state: Assumed
     inserted: str  # the accepted text that makes `state`
+    before: str = ""  # the document it was guessed from, split at the cursor there
+    after: str = ""
+
+    def on_the_way(self, text: str) -> bool:
+        """`text` is the guessed-from document with a start of `inserted` typed: the user
+        is typing through the suggestion, and may still accept the rest."""
+        typed = len(text) - len(self.before) - len(self.after)
+        return (0 <= typed <= len(self.inserted) and text.startswith(self.before)
+                and text.endswith(self.after)
+                and text[len(self.before):len(self.before) + typed] == self.inserted[:typed])
     generated: int = 0  # tokens the models generated for it so far (known ones excluded)
     finished: bool = False
     discarded: bool = False  # the user did something else: its work is wasted
@@ -75,6 +85,13 @@ class Precomputes:
         task = asyncio.create_task(run_all())
         self.tasks[uri] = task
         task.add_done_callback(lambda t, uri=uri: self.tasks.pop(uri, None) if self.tasks.get(uri) is t else None)
+
+    def edited(self, uri: str, text: str) -> None:
+        """An edit: typing through the suggestion keeps the chain (a client that keeps its
+        ghost text asks nothing until the accept); anything else drops it."""
+        chain = self.pending.get(uri, [])
+        if not any(p.on_the_way(text) for p in chain):
+            self.cancel(uri)
 
     def cancel(self, uri: str) -> None:
         """An edit or a real request: nothing runs in the background for this document."""

@@ -235,8 +235,10 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> None:
         d = params.text_document
-        ls.completions.precomputes.cancel(d.uri)  # nothing runs in the background while typing
         outcome = ls.documents.change(d.uri, d.version, params.content_changes, ls.encoding)
+        doc = ls.documents.get(d.uri)
+        # Typing through a suggestion keeps its precompute; any other edit drops it.
+        ls.completions.precomputes.edited(d.uri, doc.text if doc is not None and not doc.problem else "")
         if outcome.error:
             ls.log_once(outcome.error, key="bad-change")
             return

@@ -109,3 +109,20 @@ async def test_an_edit_elsewhere_discards_the_precompute_and_answers_fresh(clien
     await wait_idle(client)
     assert (await stats(client))["reuse"]["background_tokens_wasted"] <= \
         (await stats(client))["reuse"]["background_tokens"]
+
+
+async def test_a_client_that_types_through_without_asking_still_finds_the_precompute(client, cold):
+    # Neovim's client keeps its ghost text while the user types it and asks again only
+    # after the accept: the typing must not drop the precompute.
+    uri = "file:///work/quiet.py"
+    open_doc(client, uri, SOURCE)
+    shown = await complete(client, uri, LINE, COL)
+    assert len(shown) >= 3
+    insert(client, uri, 2, LINE, COL, shown[:1])
+    insert(client, uri, 3, LINE, COL + 1, shown[1:2])
+    await wait_idle(client)
+    insert(client, uri, 4, LINE, COL + 2, shown[2:])  # Tab: the rest
+    answer = await complete(client, uri, LINE, COL + len(shown))
+    last = (await stats(client))["last"]
+    assert last["known_source"] == "background" and last["rounds"] == 0
+    assert answer == await cold_answer(cold, SOURCE + shown, LINE, COL + len(shown))

@@ -66,3 +66,22 @@ def test_an_edit_cancels_the_running_chain():
         await asyncio.sleep(0)
         assert task.cancelled() or task.cancelling()
     asyncio.run(main())
+
+
+def test_typing_through_keeps_the_chain_and_another_edit_drops_it():
+    async def main():
+        book = Precomputes()
+        blocker = asyncio.Event()
+
+        async def run_one(item):
+            await blocker.wait()
+
+        item = Pending(state("foo(1)"), "foo(1)", BEFORE, AFTER)
+        book.start("u", [item], run_one)
+        await asyncio.sleep(0)
+        book.edited("u", BEFORE + "fo" + AFTER)  # typed two characters of it
+        assert "u" in book.tasks
+        book.edited("u", BEFORE + "fx" + AFTER)
+        await asyncio.sleep(0)
+        assert "u" not in book.tasks
+    asyncio.run(main())
