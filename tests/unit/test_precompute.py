@@ -14,6 +14,14 @@ def state(inserted: str) -> Assumed:
     return Assumed("u", BEFORE + inserted + AFTER, 0, len(BEFORE + inserted))
 
 
+def book_with(*inserted: str) -> tuple[Precomputes, list[int], list[Pending]]:
+    """A book with one pending precompute per accepted text, and the wasted tokens it reports."""
+    wasted: list[int] = []
+    book = Precomputes(on_waste=wasted.append)
+    book.pending["u"] = [Pending(state(text), text, BEFORE, AFTER) for text in inserted]
+    return book, wasted, book.pending["u"]
+
+
 def test_accepts_offer_all_and_the_first_line_of_several():
     assert accepts("foo(1)") == ["foo(1)"]
     assert accepts("if a:\n    b") == ["if a:\n    b", "if a:"]
@@ -27,10 +35,7 @@ def test_typing_through_keeps_the_state_reachable():
 
 
 def test_a_request_elsewhere_misses_and_wastes_the_finished_work():
-    wasted = []
-    book = Precomputes(on_waste=wasted.append)
-    done, running = Pending(state("foo(1)"), "foo(1)"), Pending(state("foo"), "foo")
-    book.pending["u"] = [done, running]
+    book, wasted, (done, running) = book_with("foo(1)", "foo")
     book.finished(done, 7)
     assert book.settle("u", state("bar"), BEFORE + "bar", AFTER) == 2
     assert wasted == [7]
@@ -39,10 +44,7 @@ def test_a_request_elsewhere_misses_and_wastes_the_finished_work():
 
 
 def test_a_request_at_the_assumed_state_is_no_miss():
-    wasted = []
-    book = Precomputes(on_waste=wasted.append)
-    hit, other = Pending(state("foo(1)"), "foo(1)"), Pending(state("foo"), "foo")
-    book.pending["u"] = [hit, other]
+    book, wasted, (hit, other) = book_with("foo(1)", "foo")
     book.finished(hit, 5)
     book.finished(other, 2)
     # "foo" typed: the "foo" precompute is the state itself, "foo(1)" is still reachable.
