@@ -188,6 +188,8 @@ class SpeculativeEngine:
         return self._token_texts
 
     def clear_caches(self) -> None:
+        """Forget every earlier request: KV caches and the generations kept for reuse."""
+        self.lineages.clear()
         self.pool.clear()
         if self.drafter is not None:
             self.drafter.pool.clear()

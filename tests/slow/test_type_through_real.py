@@ -40,8 +40,7 @@ def answer(runtime, config: Config, text: str, line: int, character: int) -> tup
 def cold(runtime, config, text, line, character) -> tuple[str, Finished]:
     engine = runtime.engine
     kept = list(engine.lineages)
-    engine.lineages.clear()
-    engine.clear_caches()
+    engine.clear_caches()  # the lineages too
     try:
         return answer(runtime, config, text, line, character)
     finally:
