@@ -100,6 +100,10 @@ class Config:
     # Prefill a cursor's prompt in the background (didOpen, `specfill/warm`, after a
     # completion) at the lowest priority, so the first request finds it cached.
     warm: bool = True
+    # After a completion is shown, generate the next one for "accepted all of it" (and
+    # "accepted its first line") in the background, so an accept is answered at once.
+    # Local engine, greedy only; needs `warm`.
+    precompute: bool = True
     enabled: bool = True
 
 

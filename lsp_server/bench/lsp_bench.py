@@ -70,6 +70,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend-url", action="append", default=[],
                    help="backend.urls (repeat for several), e.g. http://127.0.0.1:8080")
     p.add_argument("--backend-model", default="", help="backend.model (openai, ollama)")
+    p.add_argument("--session", choices=["typing", "accept"], default="typing",
+                   help="typing: type a function body back; accept: type through suggestions "
+                        "and accept them (bench/accept_session.py)")
+    p.add_argument("--spots", type=int, default=8, help="--session accept: statements to complete")
+    p.add_argument("--typed-chars", type=int, default=3,
+                   help="--session accept: characters of each suggestion typed before accepting")
+    p.add_argument("--read-s", type=float, default=3.0,
+                   help="--session accept: pause reading a suggestion before accepting it")
 
 
 # -- the text to type (pure) --------------------------------------------------------
@@ -417,6 +425,10 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.file) if args.file else default_file()
     if not path.is_file():
         raise SystemExit(f"no such file: {path}")
+    if args.session == "accept":
+        from lsp_server.bench import accept_session
+
+        return accept_session.run(args, path, server_options(args))
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     spot = find_spot(path.read_text(encoding="utf-8"), args.chars)

@@ -10,6 +10,7 @@ k = 0 is a plain decoding round through the same code.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
@@ -21,6 +22,7 @@ from .detokenize import StreamingText
 from .draft_head import DEFAULT_COMMON
 from .drafters import Draft, ModelDrafter, PromptLookupDrafter
 from .healing import TokenTexts, mask_to, remaining
+from .lineage import Lineage, best_known
 from .sampling import Sampling, entropy, pick, verify_greedy, verify_sampled
 from .stopping import stop_index
 from .types import CompletionRequest, DraftPolicy, EngineEvent, Finished, Stats, TextDelta
@@ -30,6 +32,8 @@ from .types import CompletionRequest, DraftPolicy, EngineEvent, Finished, Stats,
 LOOKUP_MIN_MATCH = 3
 # Tokens of lookup proposals judged before its acceptance rate in a request counts.
 LOOKUP_TRIAL_TOKENS = 8
+# Greedy generations remembered for type-through and precomputed answers (lineage.py).
+LINEAGES = 32
 
 
 @dataclass
@@ -41,6 +45,10 @@ class EngineOptions:
     # A warm is preempted within a layer and loses only the chunk it was in: small chunks
     # keep most of a preempted warm's work (a 128-row pass is still efficient on a CPU).
     warm_chunk: int = 128
+    # A precompute (request.background) prefills mostly what its lineage already cached,
+    # so it can take small chunks: a real request preempting it waits for one layer of
+    # this many rows, about what a layer of one decode step costs.
+    background_chunk: int = 16
     lookup_min_match: int = LOOKUP_MIN_MATCH
     lookup_min_acceptance: float = 0.5
     # Most draft tokens per round whatever the policy says (0: no cap). For a target whose
@@ -65,6 +73,7 @@ class _Run:
     gen: torch.Generator | None
     text: StreamingText
     t0: float = field(default_factory=time.perf_counter)
+    stop_token: int | None = None  # the end-of-text token that ended it
 
     @property
     def generated(self) -> list[int]:
@@ -91,6 +100,7 @@ class SpeculativeEngine:
         self.memory = AcceptanceMemory()
         self.costs = None  # engine.costs.RowCosts once the runtime has timed this machine
         self._token_texts: TokenTexts | None = None  # see token_texts()
+        self.lineages: deque[Lineage] = deque(maxlen=LINEAGES)  # newest last
 
     # -- public -----------------------------------------------------------------
 
@@ -99,6 +109,12 @@ class SpeculativeEngine:
     ) -> Iterator[EngineEvent]:
         run = self._start(request)
         try:
+            rest = request.heal
+            if request.max_new_tokens > 0 and run.sampling.greedy:
+                rest = yield from self._replay_known(run)
+            if run.stats.stop_reason:  # answered from an earlier generation: no model call
+                yield self._finish(run)
+                return
             slot = self.pool.acquire(run.ids, protect=request.max_new_tokens <= 0)
             with abort_scope(should_abort):
                 logits = self._prefill(run, slot, should_abort)
@@ -108,7 +124,6 @@ class SpeculativeEngine:
             if run.stats.stop_reason == "warm":
                 yield self._finish(run)
                 return
-            rest = request.heal
             token, rest = self._choose(run, logits, rest)
             yield from self._accept(run, [token])
             while rest and not run.stats.stop_reason:  # spelling out the healed text
@@ -127,7 +142,43 @@ class SpeculativeEngine:
                 yield from self._accept(run, new)
         except Aborted:
             run.stats.stop_reason = "aborted"
+        self._remember(run)
         yield self._finish(run)
+
+    def _replay_known(self, run: _Run) -> Iterator[EngineEvent]:
+        """Stream the tokens an earlier greedy generation already settled for this prompt
+        (lineage.py) as if just generated; returns the healed text still to spell out."""
+        request = run.request
+        rest = request.heal
+        if not self.lineages:
+            return rest
+        texts = self.token_texts()
+        known, source = best_known(reversed(self.lineages), request.prompt_ids, request.heal,
+                                   texts.text)
+        if not known:
+            return rest
+        run.stats.known_source = "background" if source.background else "generation"
+        for token in known:
+            if rest and token not in self.stop_ids:
+                rest = remaining(rest, texts.text(token) or "")
+        yield from self._accept(run, list(known))
+        run.stats.known_tokens = len(run.generated)  # those within this request's budget
+        return rest
+
+    def _remember(self, run: _Run) -> None:
+        """Keep a greedy generation's tokens for the requests that type through it."""
+        request = run.request
+        if (request.max_new_tokens <= 0 or not run.sampling.greedy or not run.generated
+                and run.stop_token is None):
+            return
+        record = Lineage(tuple(request.prompt_ids), request.heal, tuple(run.generated),
+                         run.stop_token, request.background)
+        # A record that another one extends says nothing more: keep the longer.
+        for old in list(self.lineages):
+            if old.prompt == record.prompt and old.heal == record.heal and \
+                    record.tokens[:len(old.tokens)] == old.tokens:
+                self.lineages.remove(old)
+        self.lineages.append(record)
 
     def token_texts(self) -> TokenTexts:
         """The vocabulary's texts for healing, indexed once (~1 s for 152k tokens)."""
@@ -137,6 +188,8 @@ class SpeculativeEngine:
         return self._token_texts
 
     def clear_caches(self) -> None:
+        """Forget every earlier request: KV caches and the generations kept for reuse."""
+        self.lineages.clear()
         self.pool.clear()
         if self.drafter is not None:
             self.drafter.pool.clear()
@@ -159,7 +212,8 @@ class SpeculativeEngine:
         """Next-token logits [V] after the prompt, feeding only what the slot lacks."""
         t = time.perf_counter()
         warm = run.request.max_new_tokens <= 0
-        chunk = self.options.warm_chunk if warm else self.options.prefill_chunk
+        chunk = (self.options.background_chunk if run.request.background else
+                 self.options.warm_chunk if warm else self.options.prefill_chunk)
         fed, logits = slot.extend(run.ids, chunk, should_abort)
         if logits is None:  # the slot already held the whole prompt
             logits = slot.sync(run.ids)
@@ -281,6 +335,7 @@ class SpeculativeEngine:
         for i, tok in enumerate(new_tokens):
             if tok in self.stop_ids:
                 new_tokens, stats.stop_reason = new_tokens[:i], "eos"
+                run.stop_token = tok
                 break
         budget = run.request.max_new_tokens - len(run.generated)
         if len(new_tokens) >= budget:

@@ -60,6 +60,9 @@ class CompletionRequest:
     # Text the output must start with, tokenized as the model likes (engine.healing): the
     # prompt builder cut it from the prompt's end. It is not part of the streamed text.
     heal: str = ""
+    # A precompute nobody waits for yet (the next suggestion after an accept): metered
+    # apart, and the answers it settles are counted as precomputed hits.
+    background: bool = False
 
     @property
     def max_new_tokens(self) -> int:
@@ -98,6 +101,10 @@ class Stats:
     ttft_s: float | None = None
     token_times_s: list[float] = field(default_factory=list)
     stop_reason: str = ""
+    # Leading tokens taken from an earlier greedy generation (engine.lineage) instead of
+    # the models, and where from: "generation" (type-through) or "background" (precompute).
+    known_tokens: int = 0
+    known_source: str = ""
 
     @property
     def drafted(self) -> int:
@@ -175,6 +182,8 @@ class Stats:
             "delivery_gap_p50_s": percentile(sorted(self.delivery_gaps()), 50),
             "tokens_per_s": self.tokens_per_s,
             "stop_reason": self.stop_reason,
+            "known_tokens": self.known_tokens,
+            "known_source": self.known_source,
         }
 
 

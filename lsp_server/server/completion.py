@@ -25,6 +25,7 @@ from lsp_server.context.snippets import SourceFile
 from lsp_server.context.workspace_files import WorkspaceFiles
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, Stats, TextDelta
 from lsp_server.server.documents import Document, DocumentStore, offset_to_position
+from lsp_server.server.precompute import Assumed, Pending, Precomputes, accepts
 from lsp_server.server.protocol import StreamUpdate
 from lsp_server.server.stats import ServerStats
 from lsp_server.syntax.context import classify
@@ -141,6 +142,7 @@ class CompletionService:
         self.roots: list[str] = []  # workspace folders (POSIX paths), set by the server
         self.workspace_files = WorkspaceFiles(parse_function)
         self._warms: set[asyncio.Task] = set()
+        self.precomputes = Precomputes(on_waste=stats.wasted)
 
     def _prepare(self, doc: Document, cursor: Cursor, encoding: str, config: Config,
                  codec: PromptCodec) -> Prepared:
@@ -218,6 +220,56 @@ class CompletionService:
         self.stats.warm(outcome.reason, Stats(prompt_tokens=outcome.prompt_tokens,
                                               prefilled_tokens=outcome.evaluated_tokens))
 
+    # -- the next suggestion, ready on accept (server/precompute.py) ----------------------
+
+    def _after_shown(self, cursor: Cursor, encoding: str, text: str) -> None:
+        config = self.config_ref()
+        if not (config.precompute and config.warm and config.temperature <= 0
+                and self._local_worker() is not None):
+            self._warm_after(cursor, encoding, text)
+            return
+        doc = self.documents.get(cursor.uri)
+        if doc is None or doc.version != cursor.version:
+            return
+        offset = doc.offset_at(cursor.line, cursor.character, encoding)
+        chain = []
+        for accepted in accepts(text):
+            head = doc.text[:offset] + accepted
+            line, character = offset_to_position(head, len(head), encoding)
+            state = Assumed(cursor.uri, head + doc.text[offset:], line, character)
+            chain.append(Pending(state, accepted, doc.text[:offset], doc.text[offset:]))
+        self.precomputes.start(cursor.uri, chain,
+                               lambda item: self._precompute(item, doc, offset, encoding))
+
+    async def _precompute(self, item: Pending, doc: Document, offset: int, encoding: str) -> None:
+        """One background generation for the state `item` assumes; its tokens land in the
+        engine's lineage, where a request at exactly that state finds them."""
+        worker, backend = self._local_worker(), self.backend_ref()
+        state = item.state
+        if worker is None or backend is None or self.documents.get(state.uri) is not doc \
+                or doc.text[:offset] + item.inserted + doc.text[offset:] != state.text:
+            return  # the document moved on: the guess is void
+        accepted = self.documents.detached(doc, offset, item.inserted)
+        cursor = Cursor(state.uri, doc.version, state.line, state.character)
+        prepared = self._prepare(accepted, cursor, encoding, self.config_ref(), backend.codec())
+        request = replace(prepared.request.request, id=prepared.request.id + "-next", background=True)
+        # Called even when the chain is cancelled before the end (then a preempted job).
+        on_final = lambda event: self.precomputes.finished(  # noqa: E731
+            item, self.stats.background(event.stats))
+        try:
+            async for _event in worker.submit(request, on_final, warm=True):
+                pass
+        except Exception:  # a precompute is a guess: never an error the user sees
+            log.exception("precompute failed")
+
+    def _settle_precomputes(self, doc: Document, cursor: Cursor, encoding: str) -> None:
+        """A real request: stop the background chain, and count the guesses it disproves."""
+        self.precomputes.cancel(cursor.uri)
+        state = Assumed(cursor.uri, doc.text, cursor.line, cursor.character)
+        offset = doc.offset_at(cursor.line, cursor.character, encoding)
+        self.stats.missed(self.precomputes.settle(cursor.uri, state, doc.text[:offset],
+                                                  doc.text[offset:]))
+
     def _warm_after(self, cursor: Cursor, encoding: str, text: str) -> None:
         """After a completion: warm the prompt the user gets by accepting it."""
         doc = self.documents.get(cursor.uri)
@@ -250,6 +302,7 @@ class CompletionService:
                               if backend.load_error else "Try again in a moment."), key="not-ready")
             return None
         cursor = replace(cursor, version=doc.version)
+        self._settle_precomputes(doc, cursor, encoding)
         generation = self.inflight.get(cursor.uri)
         if generation is None or generation.cursor != cursor or generation.task.done():
             if generation is not None:
@@ -313,11 +366,12 @@ class CompletionService:
                 self.tell_user(f"specfill: completion failed: {final.error}", key="completion-failed")
             return None
         text = clean(final.text, prepared.suffix, final=True)
+        self.stats.reused(final.stats)
         self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats,
                            ids[0] if ids else None)
         self._end_streams(cursor, ids, text)
         if text.strip():
-            self._warm_after(cursor, encoding, text)
+            self._after_shown(cursor, encoding, text)
         return text if text.strip() else None
 
     def _end_streams(self, cursor: Cursor, ids: list, text: str) -> None:

@@ -236,6 +236,9 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
     def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> None:
         d = params.text_document
         outcome = ls.documents.change(d.uri, d.version, params.content_changes, ls.encoding)
+        doc = ls.documents.get(d.uri)
+        # Typing through a suggestion keeps its precompute; any other edit drops it.
+        ls.completions.precomputes.edited(d.uri, doc.text if doc is not None and not doc.problem else "")
         if outcome.error:
             ls.log_once(outcome.error, key="bad-change")
             return
@@ -251,6 +254,8 @@ def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServ
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpecfillServer, params: lsp.DidCloseTextDocumentParams) -> None:
         ls.documents.close(params.text_document.uri)
+        ls.completions.precomputes.cancel(params.text_document.uri)
+        ls.completions.precomputes.discard(params.text_document.uri)
         ls.completions.cross_file.forget(params.text_document.uri)
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)

@@ -82,6 +82,38 @@ class ServerStats:
         # Background prefills (completion.warm): outcome counts and tokens they loaded.
         self.warms: dict[str, Any] = {"warm": 0, "aborted": 0, "error": 0, "prefilled_tokens": 0,
                                       "last": None}
+        # Answers taken from earlier generations (engine/lineage.py, server/precompute.py).
+        self.reuse: dict[str, int] = {
+            "answers_from_generation": 0,  # type-through: the start came from the last one
+            "answers_known_in_full": 0,  # ... all of it: no model call at all
+            "precomputed_hits": 0,  # answers that came from a background precompute
+            "precomputed_misses": 0,  # precomputes whose assumed state never came
+            "precomputes": 0,  # background generations run (or started)
+            "background_tokens": 0,  # tokens the models generated for them
+            "background_tokens_wasted": 0,  # ... for the misses
+        }
+
+    def reused(self, stats: Stats) -> None:
+        """A real request's answer: did it come (partly) from an earlier generation?"""
+        if not stats.known_tokens:
+            return
+        key = "precomputed_hits" if stats.known_source == "background" else "answers_from_generation"
+        self.reuse[key] += 1
+        if stats.rounds == 0 and stats.prefilled_tokens == 0:
+            self.reuse["answers_known_in_full"] += 1
+
+    def background(self, stats: Stats) -> int:
+        """A precompute finished (or was preempted); returns the tokens the models made."""
+        made = max(0, stats.generated_tokens - stats.known_tokens)
+        self.reuse["precomputes"] += 1
+        self.reuse["background_tokens"] += made
+        return made
+
+    def missed(self, count: int) -> None:
+        self.reuse["precomputed_misses"] += count
+
+    def wasted(self, tokens: int) -> None:
+        self.reuse["background_tokens_wasted"] += tokens
 
     def warm(self, reason: str, stats: Stats) -> None:
         """reason: warm (done) | aborted (preempted by a request) | error; a remote warm
@@ -123,6 +155,7 @@ class ServerStats:
             "by_context": {c: t.to_json() for c, t in sorted(self.by_context.items())},
             "last": self.last,
             "warms": self.warms,
+            "reuse": self.reuse,
             "acceptance_memory": engine_memory or {},
             "rss_bytes": psutil.Process().memory_info().rss,
         }

@@ -52,6 +52,7 @@ const SERVER_OPTIONS = [
   'readyTimeoutS',
   'maxDocumentMB',
   'warm',
+  'precompute',
 ] as const;
 
 type Options = { [key: string]: unknown };
