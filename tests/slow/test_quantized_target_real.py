@@ -51,7 +51,11 @@ def test_the_quantized_layers_are_what_the_mode_says(runtime):
 
 
 @pytest.mark.parametrize("prefix,suffix", PROMPTS[:2])
-def test_speculation_over_the_quantized_target_matches_its_plain_output(runtime, prefix, suffix):
+def test_speculation_over_the_quantized_target_matches_its_plain_output(runtime, prefix, suffix, monkeypatch):
+    # Where the measured round costs say drafting does not pay (the native kernels on an
+    # AVX-512 CPU, where zentorch is the default), the adaptive controller drafts nothing:
+    # exactness is checked whatever the cost model says.
+    monkeypatch.setattr(runtime.engine, "costs", None)
     ids = build_fim_prompt(prefix, suffix, runtime.encode, runtime.fim, ContextBudget(), "psm").ids
     plain = generate(runtime, ids, DraftPolicy(max_new_tokens=40, stop=StopRule("none"), mode="off"))
     k_max = max(1, runtime.engine.options.max_k)
