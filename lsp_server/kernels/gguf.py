@@ -29,7 +29,7 @@ from . import native
 
 # ggml type ids of the tensors the native kernels multiply, and the plain float ones.
 F32, F16 = 0, 1
-NATIVE_TYPES = {8: "Q8_0", 6: "Q5_0", 2: "Q4_0", 12: "Q4_K", 14: "Q6_K"}
+NATIVE_TYPES = native.TYPES
 
 # Hugging Face module names of a Qwen2 / Llama-style decoder -> GGUF tensor names.
 _LAYER_NAMES = {

@@ -169,18 +169,16 @@ def matmul(type_id: int, weight: "torch.Tensor", x: "torch.Tensor",
     """x [M, K] fp32 . W^T, W = weight [N, row_bytes] uint8 in GGUF blocks -> [M, N] fp32."""
     import torch
 
-    lib = _need_lib()
     _check_tensor("x", x, torch.float32, 2)
     M, K = x.shape
-    N = _check_weight(type_id, weight, K)
+    w = Weight(type_id, weight, K)
     if out is None:
-        out = torch.empty(M, N, dtype=torch.float32)
+        out = torch.empty(M, w.N, dtype=torch.float32)
     else:
         _check_tensor("out", out, torch.float32, 2)
-        if tuple(out.shape) != (M, N):
-            raise ValueError(f"out must be [{M}, {N}], got {tuple(out.shape)}")
-    _raise_on(lib.sf_matmul(type_id, weight.data_ptr(), N, K, x.data_ptr(), M, out.data_ptr()), "matmul")
-    return out  # [M, N]
+        if tuple(out.shape) != (M, w.N):
+            raise ValueError(f"out must be [{M}, {w.N}], got {tuple(out.shape)}")
+    return w.matmul(x, out)  # [M, N]
 
 
 class Weight:

@@ -166,28 +166,24 @@ const struct sf_kernels sf_kernels_scalar = {
 
 /* ---- dequantization, in gguf.quants' order of float operations ---- */
 
+/* w = d * q for the 32-value types (one rounding, so the order of the product is free) */
+#define REF_DEQUANT32(BLOCK, VALUE)                                                         \
+    for (int64_t i = 0; i < K / SF_QK32; i++, out += SF_QK32) {                             \
+        const BLOCK *b = (const BLOCK *)(w + i * sizeof *b);                                \
+        const float d = sf_fp16_to_fp32(sf_u16(&b->d));                                     \
+        for (int v = 0; v < 32; v++) out[v] = d * (float)VALUE(b, v);                       \
+    }
+
 void sf_ref_dequantize_row(int type, const uint8_t *w, int64_t K, float *out) {
     switch (type) {
     case SF_Q8_0:
-        for (int64_t i = 0; i < K / SF_QK32; i++, out += SF_QK32) {
-            const sf_block_q8_0 *b = (const sf_block_q8_0 *)(w + i * sizeof *b);
-            const float d = sf_fp16_to_fp32(sf_u16(&b->d));
-            for (int v = 0; v < 32; v++) out[v] = (float)q8_0_value(b, v) * d;
-        }
+        REF_DEQUANT32(sf_block_q8_0, q8_0_value);
         break;
     case SF_Q5_0:
-        for (int64_t i = 0; i < K / SF_QK32; i++, out += SF_QK32) {
-            const sf_block_q5_0 *b = (const sf_block_q5_0 *)(w + i * sizeof *b);
-            const float d = sf_fp16_to_fp32(sf_u16(&b->d));
-            for (int v = 0; v < 32; v++) out[v] = d * (float)q5_0_value(b, v);
-        }
+        REF_DEQUANT32(sf_block_q5_0, q5_0_value);
         break;
     case SF_Q4_0:
-        for (int64_t i = 0; i < K / SF_QK32; i++, out += SF_QK32) {
-            const sf_block_q4_0 *b = (const sf_block_q4_0 *)(w + i * sizeof *b);
-            const float d = sf_fp16_to_fp32(sf_u16(&b->d));
-            for (int v = 0; v < 32; v++) out[v] = d * (float)q4_0_value(b, v);
-        }
+        REF_DEQUANT32(sf_block_q4_0, q4_0_value);
         break;
     case SF_Q4_K:
         for (int64_t i = 0; i < K / SF_QKK; i++, out += SF_QKK) {
