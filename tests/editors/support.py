@@ -25,6 +25,8 @@ def is_prime(n: int) -> bool:
    '''
 BLOCK_TYPED = " "
 STATEMENT_TYPED = " if n"
+# The start of a statement no block suggestion begins with (they begin with "if n" or "for").
+UNPREDICTED_TYPED = " total = n"
 
 
 def editors_required() -> bool:

@@ -128,6 +128,7 @@ def run_driver(server: CodeServer, artifacts: Path) -> dict[str, object]:
     (artifacts / "vscode-driver.log").write_text(done.stderr)
     lines = done.stdout.strip().splitlines()
     result = json.loads(lines[-1]) if lines else {"error": f"driver exited with {done.returncode}"}
+    result["driver_log"] = done.stderr[-3000:]
     (artifacts / "vscode-result.json").write_text(json.dumps(result, indent=2))
     assert "error" not in result, f"{result['error']}\n{done.stderr[-3000:]}\ncode-server log: {server.log}"
     return result
@@ -152,6 +153,7 @@ def test_ghost_text_streams_in_and_tab_inserts_exactly_the_suggestion(code_serve
     inserted = saved[len(SOURCE + TYPED):]
     # Exactly the suggestion on screen; VS Code draws no trailing empty lines, so a
     # suggestion ending in line breaks inserts them after what the screen showed.
-    assert inserted.startswith(accepted) and inserted[len(accepted):].strip("\n") == "", (inserted, accepted)
+    assert inserted.startswith(accepted) and inserted[len(accepted):].strip("\n") == "", (
+        inserted, accepted, result["driver_log"])
     assert re.search(r"\d+% accepted · [\d.]+ tok/s", str(result["status"])), result["status"]
     publish_screenshot(artifacts / "vscode-ghost-text.png", "vscode-ghost-text.png")

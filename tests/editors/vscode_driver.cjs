@@ -38,6 +38,21 @@ function readGhostText() {
   return [inline, ...lines.map(text)].join('\n');
 }
 
+/** The editor's own text (ghost text left out), and what has the keyboard focus. */
+function readEditor() {
+  const lines = document.querySelector('.editor-instance .monaco-editor .view-lines');
+  let text = null;
+  if (lines) {
+    const copy = lines.cloneNode(true);
+    copy.querySelectorAll('.ghost-text-decoration, .ghost-text, .ghost-text-hidden').forEach((node) => node.remove());
+    text = copy.textContent.replace(/\u00a0/g, ' ');
+  }
+  const active = document.activeElement;
+  const focus = active ? `${active.tagName.toLowerCase()}.${[...active.classList].join('.')}` : 'none';
+  const editorFocused = Boolean(active && active.closest('.editor-instance .monaco-editor'));
+  return { text, focus, editorFocused };
+}
+
 function readStatusBar() {
   const items = [...document.querySelectorAll('.statusbar-item')].map((item) => item.textContent.trim());
   return items.find((text) => /tok\/s/.test(text)) ?? null;
@@ -111,15 +126,30 @@ async function main() {
       if (Date.now() > deadline) throw new Error(`no final ghost text after ${options.timeoutMs} ms; saw ${JSON.stringify(seen)}`);
       await page.waitForTimeout(50);
     }
-    // The final answer re-triggers the suggestion once more; let it settle.
-    await page.waitForTimeout(500);
-    const accepted = await page.evaluate(readGhostText);
-    if (accepted && seen[seen.length - 1] !== accepted) seen.push(accepted);
+    // The final answer re-triggers the suggestion once more: wait until the ghost text has
+    // stayed the same for a second, so Tab meets the suggestion the screen shows.
+    let accepted = await page.evaluate(readGhostText);
+    for (let stable = Date.now(); Date.now() - stable < 1000; ) {
+      await page.waitForTimeout(100);
+      const now = await page.evaluate(readGhostText);
+      if (now !== accepted) [accepted, stable] = [now, Date.now()];
+      if (Date.now() > deadline) throw new Error(`the ghost text never settled; last ${JSON.stringify(accepted)}`);
+    }
+    if (!accepted) throw new Error(`the ghost text disappeared before Tab; saw ${JSON.stringify(seen)}`);
+    if (seen[seen.length - 1] !== accepted) seen.push(accepted);
     await shoot('vscode-ghost-text.png');
 
+    const before = await page.evaluate(readEditor);
+    log(`before Tab: focus ${before.focus}`);
+    if (!before.editorFocused) throw new Error(`the editor lost the keyboard focus to ${before.focus} before Tab`);
     await page.keyboard.press('Tab');
-    await waitFor(page, 'the ghost text to be accepted', async () => !(await page.evaluate(readGhostText)), 5000)
-      .catch(() => log('a new suggestion appeared right after accepting'));
+    const firstLine = accepted.split('\n')[0];
+    const inserted = () => page.evaluate(readEditor).then((now) => now.text !== before.text && now.text.includes(firstLine));
+    await waitFor(page, 'Tab to insert the suggestion', inserted, 10000).catch(async () => {
+      const now = await page.evaluate(readEditor);
+      await shoot('vscode-tab-ignored.png');
+      throw new Error(`Tab inserted nothing: focus ${now.focus}, ghost text now ${JSON.stringify(await page.evaluate(readGhostText))}`);
+    });
     await page.keyboard.press('Control+S');
     await waitFor(page, 'the file to be saved', () => page.$('.tab.dirty').then((dirty) => !dirty), 10000);
     await shoot('vscode-accepted.png');
