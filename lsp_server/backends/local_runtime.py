@@ -33,6 +33,9 @@ class Runtime:
         return apply_threads(self.native, wanted)
 
 
+NATIVE_SPIN_US = 2000
+
+
 def apply_threads(native_models: bool, wanted: int | None) -> int:
     """With native models the kernels' own pool does the heavy work and torch runs the small
     ops on one thread: torch's OpenMP workers, spinning after each op, took the cores the
@@ -46,6 +49,9 @@ def apply_threads(native_models: bool, wanted: int | None) -> int:
         from lsp_server.kernels import native
 
         native.set_threads(wanted or 0)
+        # torch's one thread leaves the pool's cores alone between the products of a step,
+        # so the workers may wait through those gaps awake (dispatch.c, sf_set_spin_us).
+        native.set_spin_us(NATIVE_SPIN_US)
         torch.set_num_threads(1)
         return native.threads()
     torch.set_num_threads(wanted or os.cpu_count() or 1)
@@ -298,8 +304,10 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
         else:
             progress(f"round costs not measured cleanly (busy CPU? {describe_costs(costs)}); "
                      "the syntax policy's k bounds apply as they are")
-    # Native models read their GGUF maps every step: those pages stay.
-    released = 0 if native_models else release_weight_pages(m.cacheDir or None)
+    # Native models copied their Q4_K tensors at load (repacked, kernels/native Weight), so
+    # those pages of the GGUF maps are not read again; the tensors read from the maps every
+    # step (Q6_K, Q8_0, Q5_0, embeddings) fault back in once, from the page cache.
+    released = release_weight_pages(m.cacheDir or None)
     if released:
         progress(f"weight file pages handed back after load: {released / 1e9:.2f} GB of maps "
                  "(read again from the file if ever needed)")

@@ -36,6 +36,7 @@ class Matrix:
     N: int
     K: int
     weight: torch.Tensor  # [N, row_bytes] uint8
+    kernel: native.Weight  # checked (and repacked) once, as the engine's layers hold it
 
 
 def random_matrix(name: str, type_id: int, N: int, K: int, rng: np.random.Generator) -> Matrix:
@@ -44,7 +45,8 @@ def random_matrix(name: str, type_id: int, N: int, K: int, rng: np.random.Genera
     for offset in FP16_FIELDS[type_id]:
         halves = (np.abs(rng.standard_normal(len(blocks))) * 1e-3).astype(np.float16)
         blocks[:, offset:offset + 2] = halves.view(np.uint8).reshape(-1, 2)
-    return Matrix(name, type_id, N, K, torch.from_numpy(blocks.reshape(N, -1)))
+    weight = torch.from_numpy(blocks.reshape(N, -1))
+    return Matrix(name, type_id, N, K, weight, native.Weight(type_id, weight, K))
 
 
 def build_model(seed: int = 0) -> list[Matrix]:
@@ -63,7 +65,7 @@ def time_passes(mats: list[Matrix], M: int, passes: int) -> float:
     for i in range(passes + 1):  # the first is a warm-up
         start = time.perf_counter()
         for mat, out in zip(mats, outs):
-            native.matmul(mat.type_id, mat.weight, xs[mat.K], out=out)
+            mat.kernel.matmul(xs[mat.K], out)
         if i:
             times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)

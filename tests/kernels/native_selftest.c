@@ -102,6 +102,29 @@ static void run_case(int type, int64_t N, int64_t K, int64_t M) {
         }
         check(rows_ok, "M-row call == M one-row calls", type, name, M, N, K);
     }
+    if ((type == SF_Q4_K || type == SF_Q6_K) && N % 8 == 0) {  /* repacked 8 rows by 8: the plain rows' bits */
+        uint8_t *w8 = malloc(N * rb);
+        const int x8 = type == SF_Q4_K ? SF_Q4_K_X8 : SF_Q6_K_X8;
+        check(sf_repack(type, w, N, K, w8) == x8, "repack returns the x8 type", type, "-", M, N, K);
+        for (int v = 0; v < SF_NVARIANTS; v++) {
+            if (!sf_variant_supported(v)) continue;
+            const char *name = sf_variant_name(v);
+            sf_set_variant(v);
+            for (int threads = 1; threads <= 3; threads++) {
+                sf_set_threads(threads);
+                memset(y, 0xff, M * N * sizeof(float));
+                check(sf_matmul(x8, w8, N, K, x, M, y) == 0, "x8 matmul returns 0", type, name, M, N, K);
+                check(same_bits(ref, y, M * N), "x8 matmul == reference", type, name, M, N, K);
+            }
+            int rows_ok = 1;
+            for (int64_t m = 0; m < M; m++) {
+                sf_matmul(x8, w8, N, K, x + m * K, 1, one);
+                rows_ok &= same_bits(ref + m * N, one, N);
+            }
+            check(rows_ok, "x8 M-row call == M one-row calls", type, name, M, N, K);
+        }
+        free(w8);
+    }
     free(w); free(qa); free(qb); free(x); free(ref); free(y); free(one);
 }
 
@@ -132,6 +155,10 @@ static void run_specials(void) {
     float y1;
     check(sf_matmul(SF_Q4_K, &y1, 1, 300, &y1, 1, &y1) == SF_EBADSHAPE, "matmul refuses bad K", SF_Q4_K, "-", 1, 1, 300);
     check(sf_matmul(99, &y1, 1, 256, &y1, 1, &y1) == SF_EBADTYPE, "matmul refuses bad type", 99, "-", 1, 1, 256);
+    check(sf_matmul(SF_Q4_K_X8, &y1, 12, 256, &y1, 1, &y1) == SF_EBADSHAPE, "x8 matmul refuses N % 8", SF_Q4_K_X8, "-", 1, 12, 256);
+    check(sf_repack(SF_Q4_K, &y1, 12, 256, &y1) == SF_EBADSHAPE, "repack refuses N % 8", SF_Q4_K, "-", 0, 12, 256);
+    check(sf_repack(SF_Q8_0, &y1, 8, 256, &y1) == SF_EBADTYPE, "repack refuses a type with no x8 form", SF_Q8_0, "-", 0, 8, 256);
+    check(sf_dequantize_rows(SF_Q4_K_X8, &y1, 8, 256, &y1) == SF_EBADTYPE, "dequantize refuses x8", SF_Q4_K_X8, "-", 0, 8, 256);
     check(sf_set_variant(SF_NVARIANTS) == -1, "set_variant refuses out of range", 0, "-", 0, 0, 0);
     for (int v = 0; v < SF_NVARIANTS; v++)
         if (!sf_variant_supported(v)) check(sf_set_variant(v) == -1, "set_variant refuses what the CPU lacks", 0, sf_variant_name(v), 0, 0, 0);
@@ -142,11 +169,12 @@ int main(void) {
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const int64_t qk = sf_block_values(types[t]);
         const int64_t Ks[] = {qk, qk * 3, qk * 11};  /* 11 blocks: a group of 8 and a tail of 3 */
-        const int64_t Ns[] = {1, 7, 37, 300, 1000};
+        const int64_t Ns[] = {1, 7, 8, 37, 40, 300, 1000};
+        const int64_t Ms[] = {1, 2, 3, 5, 9, 13, 17};  /* 17 = 8 + 8 + 1 = 6 + 6 + 5 = 4 * 4 + 1 */
         for (int ki = 0; ki < 3; ki++)
-            for (int ni = 0; ni < 5; ni++)
-                for (int64_t M = 1; M <= 17; M += 4)  /* 17 = 8 + 8 + 1 */
-                    if (Ns[ni] * Ks[ki] <= 300 * 1280 || (ki == 2 && M == 9)) run_case(types[t], Ns[ni], Ks[ki], M);
+            for (int ni = 0; ni < 7; ni++)
+                for (int mi = 0; mi < 7; mi++)
+                    if (Ns[ni] * Ks[ki] <= 300 * 1280 || (ki == 2 && Ms[mi] == 9)) run_case(types[t], Ns[ni], Ks[ki], Ms[mi]);
     }
     run_specials();
     sf_set_threads(0);

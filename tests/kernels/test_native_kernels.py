@@ -126,6 +126,27 @@ def test_rows_do_not_depend_on_the_row_count_or_threads(type_id, variant):
 
 
 @needs_lib
+@pytest.mark.parametrize("variant", supported_variants())
+@pytest.mark.parametrize("type_id", sorted(native.REPACKED))
+def test_k_quants_repacked_8_rows_by_8_give_the_plain_rows_bits(type_id, variant):
+    for N, K in ((40, 256), (40, 768), (8, 2816), (520, 1024)):  # 520 rows: two threads' shares
+        w = random_weights(type_id, N, K, seed=N + K)
+        plain, packed = native.Weight(type_id, w, K, repack=False), native.Weight(type_id, w, K)
+        assert (plain.type_id, packed.type_id) == (type_id, native.REPACKED[type_id])
+        assert packed.weight.numel() == w.numel()  # the same bytes, rearranged
+        for M in range(1, 18):
+            x = random_x(M, K, seed=M)
+            native.set_variant("scalar")
+            ref = plain.matmul(x, torch.empty(M, N))
+            native.set_variant(variant)
+            for threads in (1, 2, 3):
+                native.set_threads(threads)
+                assert same_bits(packed.matmul(x, torch.empty(M, N)), ref), (N, K, M, threads)
+            rows = torch.cat([packed.matmul(x[m:m + 1], torch.empty(1, N)) for m in range(M)])
+            assert same_bits(rows, ref), (N, K, M)
+
+
+@needs_lib
 def test_back_to_back_threaded_calls_agree():
     w = random_weights(12, 600, 1024, seed=11, realistic=True)  # two threads' shares
     x = random_x(3, 1024, seed=2)

@@ -27,6 +27,7 @@ _AVX2 = ("avx2", "fma", "f16c")
 NEEDS = {"scalar": (), "avx2": _AVX2, "avx512": (*_AVX2, "avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
          "neon": ("asimd",)}
 TYPES = {2: "Q4_0", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # ggml type id -> name
+REPACKED = {12: 112, 14: 114}  # ggml type -> its kernel-side form, 8 rows by 8 (SF_Q4_K_X8, SF_Q6_K_X8)
 _ERRORS = {-1: "unsupported type", -2: "bad shape", -3: "NULL pointer", -4: "out of memory"}
 _SIMD_FLAG_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "asimd", "neon", "sve", "fphp", "amx")
 
@@ -52,11 +53,12 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     signatures = {
         "sf_variant_supported": (c_int, [c_int]), "sf_variant_best": (c_int, []),
         "sf_set_variant": (c_int, [c_int]), "sf_get_variant": (c_int, []),
-        "sf_set_threads": (None, [c_int]), "sf_get_threads": (c_int, []),
+        "sf_set_threads": (None, [c_int]), "sf_get_threads": (c_int, []), "sf_set_spin_us": (None, [c_int]),
         "sf_type_supported": (c_int, [c_int]), "sf_block_values": (c_i64, [c_int]),
         "sf_row_bytes": (c_size, [c_int, c_i64]), "sf_act_row_bytes": (c_size, [c_int, c_i64]),
         "sf_matmul": (c_int, [c_int, vp, c_i64, c_i64, vp, c_i64, vp]),
         "sf_dequantize_rows": (c_int, [c_int, vp, c_i64, c_i64, vp]),
+        "sf_repack": (c_int, [c_int, vp, c_i64, c_i64, vp]),
         "sf_quantize_acts": (c_int, [c_int, vp, c_i64, c_i64, vp]),
     }
     for name, (restype, argtypes) in signatures.items():
@@ -124,6 +126,13 @@ def threads() -> int:
     return _need_lib().sf_get_threads()
 
 
+def set_spin_us(us: int) -> None:
+    """How long an idle worker spins for the next call before it sleeps (default 50 us)."""
+    if not isinstance(us, int) or us < 0:
+        raise ValueError(f"spin must be an int >= 0 (microseconds), not {us!r}")
+    _need_lib().sf_set_spin_us(us)
+
+
 def row_bytes(type_id: int, K: int) -> int:
     """Bytes of one weight row of K values; ValueError if K is not a multiple of the block."""
     lib = _need_lib()
@@ -184,12 +193,25 @@ def matmul(type_id: int, weight: "torch.Tensor", x: "torch.Tensor",
 class Weight:
     """A weight checked once, for the calls of a decode step: each `matmul` then costs the
     C call and little else (the checks of `matmul` above cost ~3x the call itself on a
-    small layer, and a 1.5B model makes 113 calls a step). Keeps `weight` alive."""
+    small layer, and a 1.5B model makes 141 calls a step).
 
-    def __init__(self, type_id: int, weight: "torch.Tensor", K: int):
+    Q4_K and Q6_K with N a multiple of 8 are repacked 8 rows by 8 (sf_repack: a copy of the same bytes,
+    the same bits out) unless `repack` is False; otherwise `weight` itself is used and kept
+    alive."""
+
+    def __init__(self, type_id: int, weight: "torch.Tensor", K: int, repack: bool = True):
+        import torch
+
         self.N = _check_weight(type_id, weight, K)
+        lib = _need_lib()
+        if repack and type_id in REPACKED and self.N % 8 == 0:
+            packed = torch.empty_like(weight)
+            rc = lib.sf_repack(type_id, weight.data_ptr(), self.N, K, packed.data_ptr())
+            if rc < 0:
+                _raise_on(rc, "repack")
+            type_id, weight = rc, packed
         self.type_id, self.K, self.weight = type_id, K, weight
-        self._call = _need_lib().sf_matmul
+        self._call = lib.sf_matmul
         self._ptr = weight.data_ptr()
 
     def matmul(self, x: "torch.Tensor", out: "torch.Tensor") -> "torch.Tensor":

@@ -53,11 +53,35 @@ typedef struct {
     uint16_t d;          /* fp16 */
 } sf_block_q6_K;         /* w = d * scale_i * (q - 32) */
 
+/* Q4_K repacked at load (sf_repack), losslessly and in the same bytes: super-block i of 8
+ * weight rows side by side, so that one 32-byte load holds 4 values of each of the 8 rows
+ * and a kernel keeps one vector lane per weight row. The sub-block scale then multiplies
+ * once per 32 values and 8 rows, not once per 32 values and row. */
+typedef struct {
+    uint16_t d[8], dmin[8];  /* row n's d and dmin */
+    uint32_t sc[3][8];       /* sc[w][n] = bytes 4w..4w+3 of row n's 12 scale bytes */
+    uint8_t qs[32][32];      /* qs[8g + q][4n + b] = row n's qs[32g + 4q + b] */
+} sf_block_q4_K_x8;
+
+/* Q6_K repacked the same way. Value u = 4 * quad + b of a row; its low 4 bits and high 2
+ * bits are split into planes so that each 32-byte load yields 4 quads of 8 rows, stored in
+ * the order the kernels read them (a block read out of order streamed at a third of the
+ * speed: the prefetchers lost track). */
+typedef struct {
+    uint16_t d[8];
+    int8_t scales[16][8];   /* [g][n] = row n's scale of values 16g..16g+15 */
+    uint8_t q[16][3][32];   /* [v][t][4n + b]; t = 0, 1: plane v + 16t of low 4 bits (low nibble:
+                               quad v + 16t, value b; high nibble: quad v + 16t + 32);
+                               t = 2: bits 2s, 2s+1 = high 2 bits of quad v + 16s, value b */
+} sf_block_q6_K_x8;
+
 _Static_assert(sizeof(sf_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(sf_block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(sf_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(sf_block_q4_K) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(sf_block_q6_K) == 210, "Q6_K block is 210 bytes");
+_Static_assert(sizeof(sf_block_q4_K_x8) == 8 * sizeof(sf_block_q4_K), "a Q4_K x8 block is 8 Q4_K blocks");
+_Static_assert(sizeof(sf_block_q6_K_x8) == 8 * sizeof(sf_block_q6_K), "a Q6_K x8 block is 8 Q6_K blocks");
 
 /* ---- activation blocks, made by the library from fp32 rows (sf_quantize_acts).
  * d = amax / 127, q = (int8) nearbyintf(x * (1/d)); see ref.c for the edge cases. ---- */
@@ -175,6 +199,7 @@ struct sf_kernels {
     const char *name;
     sf_quant_fn quant_k, quant_32;
     sf_rows_fn q8_0, q5_0, q4_0, q4_K, q6_K;
+    sf_rows_fn q4_K_x8, q6_K_x8;  /* nrows a multiple of 8, w as sf_repack_*_x8 leaves it */
 };
 
 extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */
@@ -182,6 +207,69 @@ extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */
 extern const struct sf_kernels sf_kernels_avx2;     /* avx2.c */
 extern const struct sf_kernels sf_kernels_avx512;   /* avx512.c */
 #endif
+
+/* 8 Q4_K rows of nb super-blocks (row n at src + n * nb blocks) -> one x8 group. */
+static inline void sf_repack_q4_K_x8(const sf_block_q4_K *src, int64_t nb, sf_block_q4_K_x8 *dst) {
+    for (int64_t i = 0; i < nb; i++)
+        for (int n = 0; n < 8; n++) {
+            const sf_block_q4_K *b = &src[n * nb + i];
+            memcpy(&dst[i].d[n], &b->d, 2);
+            memcpy(&dst[i].dmin[n], &b->dmin, 2);
+            for (int w = 0; w < 3; w++) memcpy(&dst[i].sc[w][n], b->scales + 4 * w, 4);
+            for (int v = 0; v < 32; v++) memcpy(&dst[i].qs[v][4 * n], b->qs + 4 * v, 4);
+        }
+}
+
+/* Row n of one x8 super-block back to a plain Q4_K block. */
+static inline void sf_unpack_q4_K_x8(const sf_block_q4_K_x8 *src, int n, sf_block_q4_K *b) {
+    memcpy(&b->d, &src->d[n], 2);
+    memcpy(&b->dmin, &src->dmin[n], 2);
+    for (int w = 0; w < 3; w++) memcpy(b->scales + 4 * w, &src->sc[w][n], 4);
+    for (int v = 0; v < 32; v++) memcpy(b->qs + 4 * v, &src->qs[v][4 * n], 4);
+}
+
+/* Q6_K value u (0..255) of a block: low 4 bits and high 2 bits (before the -32). */
+static inline int sf_q6k_low(const sf_block_q6_K *b, int u) {
+    const int h = u / 128, r = u % 128;
+    const uint8_t lo = b->ql[64 * h + r % 64];
+    return (r / 64) ? (lo >> 4) : (lo & 0x0f);
+}
+static inline int sf_q6k_high(const sf_block_q6_K *b, int u) {
+    const int h = u / 128, r = u % 128;
+    return (b->qh[32 * h + r % 32] >> (2 * (r / 32))) & 3;
+}
+
+static inline void sf_repack_q6_K_x8(const sf_block_q6_K *src, int64_t nb, sf_block_q6_K_x8 *dst) {
+    for (int64_t i = 0; i < nb; i++) {
+        memset(&dst[i], 0, sizeof dst[i]);
+        for (int n = 0; n < 8; n++) {
+            const sf_block_q6_K *b = &src[n * nb + i];
+            for (int quad = 0; quad < 64; quad++)
+                for (int e = 0; e < 4; e++) {
+                    const int u = 4 * quad + e, at = 4 * n + e;
+                    dst[i].q[quad % 16][quad / 16 % 2][at] |= (uint8_t)(sf_q6k_low(b, u) << (4 * (quad / 32)));
+                    dst[i].q[quad % 16][2][at] |= (uint8_t)(sf_q6k_high(b, u) << (2 * (quad / 16)));
+                }
+            for (int g = 0; g < 16; g++) dst[i].scales[g][n] = b->scales[g];
+            memcpy(&dst[i].d[n], &b->d, 2);
+        }
+    }
+}
+
+/* Row n of one Q6_K x8 super-block back to a plain Q6_K block. */
+static inline void sf_unpack_q6_K_x8(const sf_block_q6_K_x8 *src, int n, sf_block_q6_K *b) {
+    memset(b, 0, sizeof *b);
+    for (int quad = 0; quad < 64; quad++)
+        for (int e = 0; e < 4; e++) {
+            const int u = 4 * quad + e, at = 4 * n + e, h = u / 128, r = u % 128;
+            const int lo = (src->q[quad % 16][quad / 16 % 2][at] >> (4 * (quad / 32))) & 0x0f;
+            const int hi = (src->q[quad % 16][2][at] >> (2 * (quad / 16))) & 3;
+            b->ql[64 * h + r % 64] |= (uint8_t)(lo << (4 * (r / 64)));
+            b->qh[32 * h + r % 32] |= (uint8_t)(hi << (2 * (r / 32)));
+        }
+    for (int g = 0; g < 16; g++) b->scales[g] = src->scales[g][n];
+    memcpy(&b->d, &src->d[n], 2);
+}
 
 /* The reference dequantizer (ref.c); the public sf_dequantize_rows checks and calls it. */
 void sf_ref_dequantize_row(int type, const uint8_t *w, int64_t K, float *out);

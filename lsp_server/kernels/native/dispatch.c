@@ -68,7 +68,16 @@ const char *sf_variant_name(int v) { return v >= 0 && v < SF_NVARIANTS ? variant
 #define SF_MAX_THREADS 256
 #define SF_ROW_ALIGN 16           /* rows per unit of the N split: y stays in whole cache lines */
 #define SF_MIN_SHARE_VALUES (1 << 18)  /* weights per thread below which fewer threads run */
-#define SF_SPIN_NS 50000          /* how long an idle worker spins before it sleeps */
+/* How long an idle worker spins before it sleeps: 50 us by default, so that idle workers
+ * soon leave the cores to torch's own threads. sf_set_spin_us lengthens it where torch runs
+ * on one thread beside the pool (local_runtime.apply_threads): then, between two products
+ * of a forward pass, torch runs the norms and the attention for ~0.1-1 ms, and a worker that
+ * slept through that gap pays a futex wake-up at the next product, 141 times a target step.
+ * One-off probe (AMD EPYC, avx512_vnni, 2 cores, native target alone, 12 HumanEval decodes
+ * alternating the two settings in one process): median 76 ms a token spinning 50 us, 68 ms
+ * spinning 2 ms. */
+static _Atomic int64_t spin_ns = 50000;
+#define SF_YIELD_NS 200000        /* how long the caller spins on busy workers before yielding */
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static atomic_int current_variant;
@@ -160,11 +169,11 @@ static int64_t now_ns(void) {
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-/* Spin for up to SF_SPIN_NS (back-to-back calls of one forward pass pay no wake-up), then
+/* Spin for up to spin_ns (back-to-back calls of one forward pass pay no wake-up), then
  * sleep, so that idle workers leave the cores to the rest of the process. */
 static unsigned wait_new_gen(unsigned seen) {
     unsigned g;
-    const int64_t deadline = now_ns() + SF_SPIN_NS;
+    const int64_t deadline = now_ns() + atomic_load_explicit(&spin_ns, memory_order_relaxed);
     for (unsigned k = 1;; k++) {
         g = atomic_load_explicit(&pool.gen, memory_order_acquire);
         if (g != seen) return g;
@@ -240,7 +249,7 @@ static void run_job(const struct job *j) {
     }
     j->fn(j->ctx, 0, j->nshares);
     if (j->nshares > 1 && pool.nworkers > 0) {
-        const int64_t yield_after = now_ns() + 4 * SF_SPIN_NS;
+        const int64_t yield_after = now_ns() + SF_YIELD_NS;
         for (unsigned k = 1; atomic_load_explicit(&pool.pending, memory_order_acquire) > 0; k++) {
             cpu_relax();
             if (k % 64 == 0 && now_ns() > yield_after) sched_yield();
@@ -256,6 +265,10 @@ void sf_set_threads(int n) {
     pthread_mutex_unlock(&call_mu);
 }
 
+void sf_set_spin_us(int us) {
+    atomic_store_explicit(&spin_ns, (int64_t)(us < 0 ? 0 : us) * 1000, memory_order_relaxed);
+}
+
 int sf_get_threads(void) {
     ensure_init();
     pthread_mutex_lock(&call_mu);
@@ -269,7 +282,7 @@ int sf_get_threads(void) {
 static int64_t block_values(int type) {
     switch (type) {
     case SF_Q8_0: case SF_Q5_0: case SF_Q4_0: return SF_QK32;
-    case SF_Q4_K: case SF_Q6_K: return SF_QKK;
+    case SF_Q4_K: case SF_Q6_K: case SF_Q4_K_X8: case SF_Q6_K_X8: return SF_QKK;
     default: return 0;
     }
 }
@@ -279,11 +292,13 @@ static size_t block_bytes(int type) {
     case SF_Q8_0: return sizeof(sf_block_q8_0);
     case SF_Q5_0: return sizeof(sf_block_q5_0);
     case SF_Q4_0: return sizeof(sf_block_q4_0);
-    case SF_Q4_K: return sizeof(sf_block_q4_K);
-    case SF_Q6_K: return sizeof(sf_block_q6_K);
+    case SF_Q4_K: case SF_Q4_K_X8: return sizeof(sf_block_q4_K);  /* per row */
+    case SF_Q6_K: case SF_Q6_K_X8: return sizeof(sf_block_q6_K);
     default: return 0;
     }
 }
+
+static int is_x8(int type) { return type == SF_Q4_K_X8 || type == SF_Q6_K_X8; }
 
 int sf_type_supported(int type) { return block_values(type) != 0; }
 int64_t sf_block_values(int type) { return block_values(type); }
@@ -309,6 +324,8 @@ static sf_rows_fn rows_fn(const struct sf_kernels *k, int type) {
     case SF_Q4_0: return k->q4_0;
     case SF_Q4_K: return k->q4_K;
     case SF_Q6_K: return k->q6_K;
+    case SF_Q4_K_X8: return k->q4_K_x8;
+    case SF_Q6_K_X8: return k->q6_K_x8;
     default: return NULL;
     }
 }
@@ -359,7 +376,7 @@ static void *scratch_get(size_t bytes) {
 
 int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int64_t M, float *y) {
     if (!sf_type_supported(type)) return SF_EBADTYPE;
-    if (!shape_ok(type, K) || N < 0 || M < 0) return SF_EBADSHAPE;
+    if (!shape_ok(type, K) || N < 0 || M < 0 || (is_x8(type) && N % 8 != 0)) return SF_EBADSHAPE;
     if (N == 0 || M == 0) return SF_OK;
     if (w == NULL || x == NULL || y == NULL) return SF_ENULL;
     ensure_init();
@@ -387,8 +404,22 @@ int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int
     return SF_OK;
 }
 
+int sf_repack(int type, const void *w, int64_t N, int64_t K, void *out) {
+    if (type != SF_Q4_K && type != SF_Q6_K) return SF_EBADTYPE;
+    if (!shape_ok(type, K) || N < 0 || N % 8 != 0) return SF_EBADSHAPE;
+    if (N > 0 && (w == NULL || out == NULL)) return SF_ENULL;
+    const int64_t nb = K / SF_QKK;
+    for (int64_t r = 0; r < N; r += 8) {
+        if (type == SF_Q4_K)
+            sf_repack_q4_K_x8((const sf_block_q4_K *)w + r * nb, nb, (sf_block_q4_K_x8 *)out + r / 8 * nb);
+        else
+            sf_repack_q6_K_x8((const sf_block_q6_K *)w + r * nb, nb, (sf_block_q6_K_x8 *)out + r / 8 * nb);
+    }
+    return type == SF_Q4_K ? SF_Q4_K_X8 : SF_Q6_K_X8;
+}
+
 int sf_dequantize_rows(int type, const void *w, int64_t rows, int64_t K, float *out) {
-    if (!sf_type_supported(type)) return SF_EBADTYPE;
+    if (!sf_type_supported(type) || is_x8(type)) return SF_EBADTYPE;
     if (!shape_ok(type, K) || rows < 0) return SF_EBADSHAPE;
     if (rows > 0 && (w == NULL || out == NULL)) return SF_ENULL;
     const size_t rb = sf_row_bytes(type, K);

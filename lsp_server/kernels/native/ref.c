@@ -103,37 +103,38 @@ REF_DOT32(dot_q4_0, sf_block_q4_0, q4_0_value)
 
 /* K-quant super-block i adds its term to lane i % 8, as the 32-value types do, so that a
  * vector variant keeps eight blocks' float work in one register. */
+static float q4_K_term(const sf_block_q4_K *b, const sf_act_k *x) {
+    uint8_t sc[8], mn[8];
+    sf_q4k_scales(b->scales, sc, mn);
+    int32_t sumi = 0, summ = 0;
+    for (int j = 0; j < 8; j++) {
+        int32_t s = 0;
+        for (int l = 0; l < 32; l++) s += q4_K_value(b, 32 * j + l) * x->qs[32 * j + l];
+        sumi += sc[j] * s;
+        summ += mn[j] * (x->bsums[2 * j] + x->bsums[2 * j + 1]);
+    }
+    return sf_q4k_term(sf_fp16_to_fp32(sf_u16(&b->d)), sf_fp16_to_fp32(sf_u16(&b->dmin)), x->d, sumi, summ);
+}
+
 static float dot_q4_K(const uint8_t *w, const sf_act_k *x, int64_t nb) {
     float lanes[8] = {0};
-    for (int64_t i = 0; i < nb; i++) {
-        const sf_block_q4_K *b = (const sf_block_q4_K *)(w + i * sizeof *b);
-        uint8_t sc[8], mn[8];
-        sf_q4k_scales(b->scales, sc, mn);
-        int32_t sumi = 0, summ = 0;
-        for (int j = 0; j < 8; j++) {
-            int32_t s = 0;
-            for (int l = 0; l < 32; l++) s += q4_K_value(b, 32 * j + l) * x[i].qs[32 * j + l];
-            sumi += sc[j] * s;
-            summ += mn[j] * (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
-        }
-        lanes[i % 8] += sf_q4k_term(sf_fp16_to_fp32(sf_u16(&b->d)), sf_fp16_to_fp32(sf_u16(&b->dmin)), x[i].d,
-                                    sumi, summ);
-    }
+    for (int64_t i = 0; i < nb; i++) lanes[i % 8] += q4_K_term((const sf_block_q4_K *)w + i, &x[i]);
     return sf_lanes8_sum(lanes);
+}
+
+static float q6_K_term(const sf_block_q6_K *b, const sf_act_k *x) {
+    int32_t sumi = 0;
+    for (int g = 0; g < 16; g++) {
+        int32_t s = 0;
+        for (int l = 0; l < 16; l++) s += (q6_K_value(b, 16 * g + l) - 32) * x->qs[16 * g + l];
+        sumi += b->scales[g] * s;
+    }
+    return sf_q6k_term(sf_fp16_to_fp32(sf_u16(&b->d)), x->d, sumi);
 }
 
 static float dot_q6_K(const uint8_t *w, const sf_act_k *x, int64_t nb) {
     float lanes[8] = {0};
-    for (int64_t i = 0; i < nb; i++) {
-        const sf_block_q6_K *b = (const sf_block_q6_K *)(w + i * sizeof *b);
-        int32_t sumi = 0;
-        for (int g = 0; g < 16; g++) {
-            int32_t s = 0;
-            for (int l = 0; l < 16; l++) s += (q6_K_value(b, 16 * g + l) - 32) * x[i].qs[16 * g + l];
-            sumi += b->scales[g] * s;
-        }
-        lanes[i % 8] += sf_q6k_term(sf_fp16_to_fp32(sf_u16(&b->d)), x[i].d, sumi);
-    }
+    for (int64_t i = 0; i < nb; i++) lanes[i % 8] += q6_K_term((const sf_block_q6_K *)w + i, &x[i]);
     return sf_lanes8_sum(lanes);
 }
 
@@ -153,6 +154,30 @@ REF_ROWS(rows_q4_0, dot_q4_0, sf_act_32, SF_QK32)
 REF_ROWS(rows_q4_K, dot_q4_K, sf_act_k, SF_QKK)
 REF_ROWS(rows_q6_K, dot_q6_K, sf_act_k, SF_QKK)
 
+/* The x8 forms: every block back to its plain form, then the plain reference's own steps,
+ * so the x8 kernels are held to exactly the plain rows' results. */
+#define REF_ROWS_X8(NAME, GROUP, PLAIN, UNPACK, TERM)                                        \
+    static void NAME(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,         \
+                     size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {              \
+        const int64_t nb = K / SF_QKK;                                                       \
+        for (int64_t r = 0; r < nrows; r++) {                                                \
+            const GROUP *group = (const GROUP *)(w + (r - r % 8) * wrb);                     \
+            for (int64_t m = 0; m < M; m++) {                                                \
+                const sf_act_k *x = (const sf_act_k *)(xq + m * xrb);                        \
+                float lanes[8] = {0};                                                        \
+                for (int64_t i = 0; i < nb; i++) {                                           \
+                    PLAIN b;                                                                 \
+                    UNPACK(&group[i], (int)(r % 8), &b);                                     \
+                    lanes[i % 8] += TERM(&b, &x[i]);                                         \
+                }                                                                            \
+                y[m * ldy + r] = sf_lanes8_sum(lanes);                                       \
+            }                                                                                \
+        }                                                                                    \
+    }
+
+REF_ROWS_X8(rows_q4_K_x8, sf_block_q4_K_x8, sf_block_q4_K, sf_unpack_q4_K_x8, q4_K_term)
+REF_ROWS_X8(rows_q6_K_x8, sf_block_q6_K_x8, sf_block_q6_K, sf_unpack_q6_K_x8, q6_K_term)
+
 const struct sf_kernels sf_kernels_scalar = {
     .name = "scalar",
     .quant_k = ref_quant_k,
@@ -162,6 +187,8 @@ const struct sf_kernels sf_kernels_scalar = {
     .q4_0 = rows_q4_0,
     .q4_K = rows_q4_K,
     .q6_K = rows_q6_K,
+    .q4_K_x8 = rows_q4_K_x8,
+    .q6_K_x8 = rows_q6_K_x8,
 };
 
 /* ---- dequantization, in gguf.quants' order of float operations ---- */

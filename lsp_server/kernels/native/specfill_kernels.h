@@ -19,7 +19,8 @@
 extern "C" {
 #endif
 
-enum sf_type { SF_Q4_0 = 2, SF_Q5_0 = 6, SF_Q8_0 = 8, SF_Q4_K = 12, SF_Q6_K = 14 };  /* ggml type ids */
+enum sf_type { SF_Q4_0 = 2, SF_Q5_0 = 6, SF_Q8_0 = 8, SF_Q4_K = 12, SF_Q6_K = 14,  /* ggml type ids */
+               SF_Q4_K_X8 = 112, SF_Q6_K_X8 = 114 };  /* not in GGUF files: after sf_repack */
 enum sf_variant { SF_SCALAR = 0, SF_AVX2 = 1, SF_AVX512 = 2, SF_NEON = 3, SF_NVARIANTS = 4 };
 
 enum sf_error {
@@ -41,6 +42,8 @@ const char *sf_variant_name(int variant);  /* "scalar", "avx2", ...; NULL if out
 /* Threads, the caller's included; n <= 0 means the CPUs in the affinity mask (default). */
 void sf_set_threads(int n);
 int sf_get_threads(void);
+/* How long an idle worker spins for the next call before it sleeps (default 50 us). */
+void sf_set_spin_us(int us);
 
 int sf_type_supported(int type);
 int64_t sf_block_values(int type);                /* 32 or 256; 0 if unsupported */
@@ -49,7 +52,15 @@ size_t sf_row_bytes(int type, int64_t K);         /* 0 if K is not a positive mu
 /* y [M, N] = x [M, K] . W [N, K]^T; W is N rows of sf_row_bytes(type, K) bytes. 0 or sf_error. */
 int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int64_t M, float *y);
 
-/* The reference dequantizer (scalar, matches gguf.quants.dequantize bit for bit). */
+/* Q4_K or Q6_K rows repacked 8 by 8 for the kernels (same bytes, lossless): out receives N
+ * rows of sf_row_bytes(type, K) bytes and is then passed to sf_matmul as the returned type
+ * (SF_Q4_K_X8, SF_Q6_K_X8) with the same
+ * N and K, giving the same bits as the plain rows. N must be a multiple of 8. Returns the
+ * repacked type, or sf_error (SF_EBADTYPE: this type has no repacked form). */
+int sf_repack(int type, const void *w, int64_t N, int64_t K, void *out);
+
+/* The reference dequantizer (scalar, matches gguf.quants.dequantize bit for bit); not for
+ * repacked types. */
 int sf_dequantize_rows(int type, const void *w, int64_t rows, int64_t K, float *out);
 
 /* Test hooks: the activation blocks sf_matmul makes (with the current variant) for weights

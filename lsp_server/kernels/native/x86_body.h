@@ -252,8 +252,10 @@ static inline void prefetch_ahead(const void *blk, size_t bytes) {
 /* Independent int32 accumulators per activation row, so that a block's eight multiply-adds
  * are not one chain of eight latencies: with one or two rows nothing else hides them (a
  * chain of 8 cost ~40 cycles a block on Zen 4). Integer sums, so the split changes no bit. */
+#ifndef SF_CHAINS
 #define SF_CHAINS_MAX 4
 #define SF_CHAINS(R) ((R) >= 4 ? 1 : (R) >= 2 ? 2 : 4)
+#endif
 
 SF_ALWAYS_INLINE __m256i chains_sum(__m256i sum[][SF_X86_RMAX], int chains, int k) {
     __m256i s = sum[0][k];
@@ -347,6 +349,237 @@ SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *co
 
 ROWS_BY_R(rows_q4_K, dot_q4_K_rows, sf_block_q4_K)
 
+/* ---- Q4_K repacked 8 rows by 8 (sf_block_q4_K_x8) ---- */
+
+/* pshufb pattern: in each 32-bit lane, bytes a and b of that lane as two int16 words */
+#define LANE_WORDS(a, b)                                                                       \
+    _mm256_setr_epi8(a, -1, b, -1, 4 + (a), -1, 4 + (b), -1, 8 + (a), -1, 8 + (b), -1, 12 + (a), -1, 12 + (b), -1, \
+                     a, -1, b, -1, 4 + (a), -1, 4 + (b), -1, 8 + (a), -1, 8 + (b), -1, 12 + (a), -1, 12 + (b), -1)
+/* in each 32-bit lane, byte a of that lane as an int32 */
+#define LANE_BYTE32(a)                                                                         \
+    _mm256_setr_epi8(a, -1, -1, -1, 4 + (a), -1, -1, -1, 8 + (a), -1, -1, -1, 12 + (a), -1, -1, -1, \
+                     a, -1, -1, -1, 4 + (a), -1, -1, -1, 8 + (a), -1, -1, -1, 12 + (a), -1, -1, -1)
+
+static inline __m256i bcast32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm256_set1_epi32(v);
+}
+
+/* One lane per weight row: a 32-byte load holds 4 values of each of 8 rows, met by the same
+ * 4 activation bytes in every lane. Sub-block j's sum for row n then builds up in lane n
+ * (VNNI: vpdpbusd straight to int32, <= 32*15*127; AVX2: maddubs pairs added as int16,
+ * <= 8*2*15*127 = 30480), and its scale multiplies once per 8 rows. The mins term
+ * sum_j m_j * bsum_j comes from int16 pairs (m_2p, m_2p+1) . (bsum_2p, bsum_2p+1).
+ * Integers are exact and each lane's float steps are sf_q4k_term's, so row n of a group
+ * gives the bits of the plain Q4_K kernels and the reference. */
+SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act_k *const *x, int R, int64_t nb,
+                                       float out[][8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m6 = _mm256_set1_epi8(0x3f), top2 = _mm256_set1_epi8(0x30);
+    __m256 acc[SF_X86_RMAX][8];  /* [row k][lane i % 8], one float per weight row */
+    for (int k = 0; k < R; k++)
+        for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const sf_block_q4_K_x8 *g = &blk[i];
+        prefetch_ahead(g, sizeof *g);
+        /* sf_q4k_scales on 8 rows at once: byte b of lane n = scale (or min) b of row n */
+        const __m256i u0 = loadu(g->sc[0]), u1 = loadu(g->sc[1]), u2 = loadu(g->sc[2]);
+        const __m256i sc03 = _mm256_and_si256(u0, m6), mn03 = _mm256_and_si256(u1, m6);
+        const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(u2, m4), _mm256_and_si256(_mm256_srli_epi32(u0, 2), top2));
+        const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
+                                             _mm256_and_si256(_mm256_srli_epi32(u1, 2), top2));
+        __m256i sumi[SF_X86_RMAX], summ[SF_X86_RMAX];
+        for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
+        for (int p = 0; p < 4; p++) {  /* sub-blocks 2p (low nibbles) and 2p + 1 (high) */
+            const __m256i sc = p < 2 ? sc03 : sc47;
+            __m256i alo[SF_X86_RMAX], ahi[SF_X86_RMAX];
+            for (int k = 0; k < R; k++) alo[k] = ahi[k] = _mm256_setzero_si256();
+            for (int q = 0; q < 8; q++) {
+                const __m256i W = loadu(g->qs[8 * p + q]);
+                const __m256i lo = _mm256_and_si256(W, m4), hi = _mm256_and_si256(_mm256_srli_epi16(W, 4), m4);
+                for (int k = 0; k < R; k++) {
+                    const int8_t *xq = x[k][i].qs + 64 * p + 4 * q;
+#if SF_X86_VNNI
+                    alo[k] = _mm256_dpbusd_epi32(alo[k], lo, bcast32(xq));
+                    ahi[k] = _mm256_dpbusd_epi32(ahi[k], hi, bcast32(xq + 32));
+#else
+                    alo[k] = _mm256_add_epi16(alo[k], _mm256_maddubs_epi16(lo, bcast32(xq)));
+                    ahi[k] = _mm256_add_epi16(ahi[k], _mm256_maddubs_epi16(hi, bcast32(xq + 32)));
+#endif
+                }
+            }
+            const int jl = (2 * p) % 4, jh = (2 * p + 1) % 4;  /* byte of sc03 / sc47 */
+#if SF_X86_VNNI
+            const __m256i slo = _mm256_shuffle_epi8(sc, LANE_BYTE32(jl)), shi = _mm256_shuffle_epi8(sc, LANE_BYTE32(jh));
+            for (int k = 0; k < R; k++)
+                sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(_mm256_mullo_epi32(alo[k], slo),
+                                                                     _mm256_mullo_epi32(ahi[k], shi)));
+#else
+            const __m256i slo = _mm256_shuffle_epi8(sc, LANE_WORDS(jl, jl)), shi = _mm256_shuffle_epi8(sc, LANE_WORDS(jh, jh));
+            for (int k = 0; k < R; k++)
+                sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(_mm256_madd_epi16(alo[k], slo),
+                                                                     _mm256_madd_epi16(ahi[k], shi)));
+#endif
+        }
+        const __m256i m01 = _mm256_shuffle_epi8(mn03, LANE_WORDS(0, 1)), m23 = _mm256_shuffle_epi8(mn03, LANE_WORDS(2, 3));
+        const __m256i m45 = _mm256_shuffle_epi8(mn47, LANE_WORDS(0, 1)), m67 = _mm256_shuffle_epi8(mn47, LANE_WORDS(2, 3));
+        for (int k = 0; k < R; k++) {
+            /* int32 lane j = bsum of sub-block j; as int16 pairs, 32-bit element 0, 1 of each half */
+            const __m256i bs = _mm256_madd_epi16(loadu(x[k][i].bsums), _mm256_set1_epi16(1));
+            const __m256i pk = _mm256_packs_epi32(bs, bs);
+            summ[k] = _mm256_add_epi32(
+                _mm256_add_epi32(_mm256_madd_epi16(m01, _mm256_permutevar8x32_epi32(pk, _mm256_set1_epi32(0))),
+                                 _mm256_madd_epi16(m23, _mm256_permutevar8x32_epi32(pk, _mm256_set1_epi32(1)))),
+                _mm256_add_epi32(_mm256_madd_epi16(m45, _mm256_permutevar8x32_epi32(pk, _mm256_set1_epi32(4))),
+                                 _mm256_madd_epi16(m67, _mm256_permutevar8x32_epi32(pk, _mm256_set1_epi32(5)))));
+        }
+        const __m256 d = fp16x8(g->d), dmin = fp16x8(g->dmin);
+        for (int k = 0; k < R; k++) {
+            /* sf_q4k_term, 8 rows: (d * xd) * (float) sumi - (dmin * xd) * (float) summ */
+            const __m256 xd = _mm256_set1_ps(x[k][i].d);
+            const __m256 t = _mm256_sub_ps(_mm256_mul_ps(_mm256_mul_ps(d, xd), _mm256_cvtepi32_ps(sumi[k])),
+                                           _mm256_mul_ps(_mm256_mul_ps(dmin, xd), _mm256_cvtepi32_ps(summ[k])));
+            acc[k][i % 8] = _mm256_add_ps(acc[k][i % 8], t);
+        }
+    }
+    for (int k = 0; k < R; k++) {
+        float a[8][8];
+        for (int b = 0; b < 8; b++) _mm256_storeu_ps(a[b], acc[k][b]);
+        for (int n = 0; n < 8; n++) {
+            const float lanes[8] = {a[0][n], a[1][n], a[2][n], a[3][n], a[4][n], a[5][n], a[6][n], a[7][n]};
+            out[k][n] = sf_lanes8_sum(lanes);
+        }
+    }
+}
+
+/* Activation rows per pass over a group. 6 on both variants: one-off probe (AMD EPYC, one
+ * thread, 256 MB of Q4_K / Q6_K, K = 1536) against 4 and 8 rows, the AVX2 build included. */
+#ifndef SF_X8_RMAX
+#define SF_X8_RMAX 6
+#endif
+#define SF_X8_R(n) ((n) < SF_X8_RMAX ? (n) : SF_X8_RMAX)
+
+#define ROWS_X8(NAME, DOT, GROUP)                                                              \
+    static void NAME(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq, size_t xrb, \
+                     int64_t M, int64_t K, float *y, int64_t ldy) {                              \
+        const int64_t nb = K / SF_QKK;                                                           \
+        for (int64_t r = 0; r < nrows; r += 8) {                                                 \
+            const GROUP *group = (const GROUP *)(w + r * wrb);                                   \
+            const sf_act_k *x[SF_X86_RMAX];                                                      \
+            float out[SF_X86_RMAX][8];                                                           \
+            for (int64_t m = 0; m < M;) {                                                        \
+                const int R = M - m >= SF_X8_RMAX ? SF_X8_RMAX : (int)(M - m);                   \
+                for (int k = 0; k < R; k++) x[k] = (const sf_act_k *)(xq + (m + k) * xrb);       \
+                switch (R) { /* a constant R in each case, so the loops over rows unroll */      \
+                case 1: DOT(group, x, 1, nb, out); break;                                        \
+                case 2: DOT(group, x, SF_X8_R(2), nb, out); break;                               \
+                case 3: DOT(group, x, SF_X8_R(3), nb, out); break;                               \
+                case 4: DOT(group, x, SF_X8_R(4), nb, out); break;                               \
+                case 5: DOT(group, x, SF_X8_R(5), nb, out); break;                               \
+                case 6: DOT(group, x, SF_X8_R(6), nb, out); break;                               \
+                case 7: DOT(group, x, SF_X8_R(7), nb, out); break;                               \
+                default: DOT(group, x, SF_X8_R(8), nb, out); break;                              \
+                }                                                                                \
+                for (int k = 0; k < R; k++)                                                      \
+                    for (int n = 0; n < 8; n++) y[(m + k) * ldy + r + n] = out[k][n];            \
+                m += R;                                                                          \
+            }                                                                                    \
+        }                                                                                        \
+    }
+
+ROWS_X8(rows_q4_K_x8, dot_q4_K_x8_rows, sf_block_q4_K_x8)
+
+/* ---- Q6_K repacked 8 rows by 8 (sf_block_q6_K_x8) ---- */
+
+/* As dot_q4_K_x8_rows, with Q6_K's 16-value sub-blocks and signed scales: quads v, v + 16,
+ * v + 32 and v + 48 come out of two low-bit planes and one high-bit plane; sum_g s_g * <q_g - 32, x_g> is
+ * sum_g s_g * <q_g, x_g> - 32 * sum_g s_g * bsum_g (q in 0..63: VNNI sums 16 values in
+ * int32; AVX2 adds two maddubs results, <= 2*2*63*127 = 32004, as int16). */
+SF_ALWAYS_INLINE void dot_q6_K_x8_rows(const sf_block_q6_K_x8 *blk, const sf_act_k *const *x, int R, int64_t nb,
+                                       float out[][8]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+    __m256 acc[SF_X86_RMAX][8];
+    for (int k = 0; k < R; k++)
+        for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const sf_block_q6_K_x8 *g = &blk[i];
+        prefetch_ahead(g, sizeof *g);
+        __m256i sumi[SF_X86_RMAX];
+        for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
+        for (int gp = 0; gp < 4; gp++) {  /* sub-blocks gp, gp + 4, gp + 8, gp + 12 */
+            __m256i a[4][SF_X86_RMAX];
+            for (int t = 0; t < 4; t++)
+                for (int k = 0; k < R; k++) a[t][k] = _mm256_setzero_si256();
+            for (int v = 4 * gp; v < 4 * gp + 4; v++) {
+                const __m256i L0 = loadu(g->q[v][0]), L1 = loadu(g->q[v][1]), H = loadu(g->q[v][2]);
+                __m256i q[4];  /* quads v, v + 16, v + 32, v + 48: sub-blocks gp + 4t */
+                q[0] = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m2));
+                q[1] = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m2));
+                q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L0, 4), m4), _mm256_and_si256(H, m2));
+                q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
+                                       _mm256_and_si256(_mm256_srli_epi16(H, 2), m2));
+                for (int t = 0; t < 4; t++)
+                    for (int k = 0; k < R; k++) {
+                        const __m256i xb = bcast32(x[k][i].qs + 4 * (v + 16 * t));
+#if SF_X86_VNNI
+                        a[t][k] = _mm256_dpbusd_epi32(a[t][k], q[t], xb);
+#else
+                        a[t][k] = _mm256_add_epi16(a[t][k], _mm256_maddubs_epi16(q[t], xb));
+#endif
+                    }
+#if !SF_X86_VNNI
+                if (v % 2 == 1) {  /* two quads in int16, then one madd per sub-block and row */
+                    for (int t = 0; t < 4; t++) {
+                        const __m256i s32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)g->scales[gp + 4 * t]));
+                        const __m256i s16 = _mm256_blend_epi16(s32, _mm256_slli_epi32(s32, 16), 0xaa);
+                        for (int k = 0; k < R; k++) {
+                            sumi[k] = _mm256_add_epi32(sumi[k], _mm256_madd_epi16(a[t][k], s16));
+                            a[t][k] = _mm256_setzero_si256();
+                        }
+                    }
+                }
+#endif
+            }
+#if SF_X86_VNNI
+            for (int t = 0; t < 4; t++) {
+                const __m256i s32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)g->scales[gp + 4 * t]));
+                for (int k = 0; k < R; k++) sumi[k] = _mm256_add_epi32(sumi[k], _mm256_mullo_epi32(a[t][k], s32));
+            }
+#endif
+        }
+        /* 32 * sum_g s_g * bsum_g: scale pairs (s_g, s_g+1) of each row as int16 words */
+        __m256i corr[SF_X86_RMAX];
+        for (int k = 0; k < R; k++) corr[k] = _mm256_setzero_si256();
+        for (int gg = 0; gg < 16; gg += 2) {
+            const __m128i pair = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)g->scales[gg]),
+                                                   _mm_loadl_epi64((const __m128i *)g->scales[gg + 1]));
+            const __m256i s = _mm256_cvtepi8_epi16(pair);
+            for (int k = 0; k < R; k++) {
+                int32_t bs;
+                memcpy(&bs, &x[k][i].bsums[gg], sizeof bs);
+                corr[k] = _mm256_add_epi32(corr[k], _mm256_madd_epi16(s, _mm256_set1_epi32(bs)));
+            }
+        }
+        const __m256 d = fp16x8(g->d);
+        for (int k = 0; k < R; k++) {
+            const __m256i si = _mm256_sub_epi32(sumi[k], _mm256_slli_epi32(corr[k], 5));
+            /* sf_q6k_term, 8 rows: (d * xd) * (float) sumi */
+            const __m256 t = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[k][i].d)), _mm256_cvtepi32_ps(si));
+            acc[k][i % 8] = _mm256_add_ps(acc[k][i % 8], t);
+        }
+    }
+    for (int k = 0; k < R; k++) {
+        float a[8][8];
+        for (int b = 0; b < 8; b++) _mm256_storeu_ps(a[b], acc[k][b]);
+        for (int n = 0; n < 8; n++) {
+            const float lanes[8] = {a[0][n], a[1][n], a[2][n], a[3][n], a[4][n], a[5][n], a[6][n], a[7][n]};
+            out[k][n] = sf_lanes8_sum(lanes);
+        }
+    }
+}
+
+ROWS_X8(rows_q6_K_x8, dot_q6_K_x8_rows, sf_block_q6_K_x8)
+
 /* ---- Q6_K ---- */
 
 /* sum_g scale_g * <q_g - 32, x_g> of one super-block, as sum scale*<q, x> - 32 sum scale*bsum;
@@ -412,6 +645,7 @@ ROWS_BY_R(rows_q6_K, dot_q6_K_rows, sf_block_q6_K)
     {                                                                                          \
         .name = NAME, .quant_k = quant_k, .quant_32 = quant_32, .q8_0 = rows_q8_0,             \
         .q5_0 = rows_q5_0, .q4_0 = rows_q4_0, .q4_K = rows_q4_K, .q6_K = rows_q6_K,            \
+        .q4_K_x8 = rows_q4_K_x8, .q6_K_x8 = rows_q6_K_x8,                                      \
     }
 
 #endif /* SF_X86_BODY_H */
