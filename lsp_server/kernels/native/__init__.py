@@ -27,7 +27,7 @@ _AVX2 = ("avx2", "fma", "f16c")
 NEEDS = {"scalar": (), "avx2": _AVX2, "avx512": (*_AVX2, "avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
          "neon": ("asimd",)}
 TYPES = {2: "Q4_0", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # ggml type id -> name
-REPACKED = {12: 112, 14: 114}  # ggml type -> its kernel-side form, 8 rows by 8 (SF_Q4_K_X8, SF_Q6_K_X8)
+REPACKED = {6: 106, 8: 108, 12: 112, 14: 114}  # ggml type -> its kernel-side form, 8 rows by 8 (SF_*_X8)
 _ERRORS = {-1: "unsupported type", -2: "bad shape", -3: "NULL pointer", -4: "out of memory"}
 _SIMD_FLAG_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "asimd", "neon", "sve", "fphp", "amx")
 
@@ -195,7 +195,7 @@ class Weight:
     C call and little else (the checks of `matmul` above cost ~3x the call itself on a
     small layer, and a 1.5B model makes 141 calls a step).
 
-    Q4_K and Q6_K with N a multiple of 8 are repacked 8 rows by 8 (sf_repack: a copy of the same bytes,
+    Q8_0, Q5_0, Q4_K and Q6_K with N a multiple of 8 are repacked 8 rows by 8 (sf_repack: a copy of the same bytes,
     the same bits out) unless `repack` is False; otherwise `weight` itself is used and kept
     alive."""
 

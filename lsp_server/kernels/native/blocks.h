@@ -75,6 +75,19 @@ typedef struct {
                                t = 2: bits 2s, 2s+1 = high 2 bits of quad v + 16s, value b */
 } sf_block_q6_K_x8;
 
+/* Q8_0 and Q5_0 repacked the same way: block i of 8 rows side by side. */
+typedef struct {
+    uint16_t d[8];
+    int8_t qs[8][32];     /* [q][4n + b] = row n's value 4q + b */
+} sf_block_q8_0_x8;
+
+typedef struct {
+    uint16_t d[8];
+    uint32_t qh[8];       /* row n's qh */
+    uint8_t qs[4][32];    /* [q][4n + b] = row n's qs[4q + b]: low nibble = value 4q + b,
+                             high nibble = value 16 + 4q + b */
+} sf_block_q5_0_x8;
+
 _Static_assert(sizeof(sf_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(sf_block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(sf_block_q4_0) == 18, "Q4_0 block is 18 bytes");
@@ -82,6 +95,8 @@ _Static_assert(sizeof(sf_block_q4_K) == 144, "Q4_K block is 144 bytes");
 _Static_assert(sizeof(sf_block_q6_K) == 210, "Q6_K block is 210 bytes");
 _Static_assert(sizeof(sf_block_q4_K_x8) == 8 * sizeof(sf_block_q4_K), "a Q4_K x8 block is 8 Q4_K blocks");
 _Static_assert(sizeof(sf_block_q6_K_x8) == 8 * sizeof(sf_block_q6_K), "a Q6_K x8 block is 8 Q6_K blocks");
+_Static_assert(sizeof(sf_block_q8_0_x8) == 8 * sizeof(sf_block_q8_0), "a Q8_0 x8 block is 8 Q8_0 blocks");
+_Static_assert(sizeof(sf_block_q5_0_x8) == 8 * sizeof(sf_block_q5_0), "a Q5_0 x8 block is 8 Q5_0 blocks");
 
 /* ---- activation blocks, made by the library from fp32 rows (sf_quantize_acts).
  * d = amax / 127, q = (int8) nearbyintf(x * (1/d)); see ref.c for the edge cases. ---- */
@@ -199,7 +214,7 @@ struct sf_kernels {
     const char *name;
     sf_quant_fn quant_k, quant_32;
     sf_rows_fn q8_0, q5_0, q4_0, q4_K, q6_K;
-    sf_rows_fn q4_K_x8, q6_K_x8;  /* nrows a multiple of 8, w as sf_repack_*_x8 leaves it */
+    sf_rows_fn q8_0_x8, q5_0_x8, q4_K_x8, q6_K_x8;  /* nrows a multiple of 8, w as sf_repack_*_x8 leaves it */
 };
 
 extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */
@@ -269,6 +284,36 @@ static inline void sf_unpack_q6_K_x8(const sf_block_q6_K_x8 *src, int n, sf_bloc
         }
     for (int g = 0; g < 16; g++) b->scales[g] = src->scales[g][n];
     memcpy(&b->d, &src->d[n], 2);
+}
+
+static inline void sf_repack_q8_0_x8(const sf_block_q8_0 *src, int64_t nb, sf_block_q8_0_x8 *dst) {
+    for (int64_t i = 0; i < nb; i++)
+        for (int n = 0; n < 8; n++) {
+            const sf_block_q8_0 *b = &src[n * nb + i];
+            memcpy(&dst[i].d[n], &b->d, 2);
+            for (int q = 0; q < 8; q++) memcpy(&dst[i].qs[q][4 * n], b->qs + 4 * q, 4);
+        }
+}
+
+static inline void sf_unpack_q8_0_x8(const sf_block_q8_0_x8 *src, int n, sf_block_q8_0 *b) {
+    memcpy(&b->d, &src->d[n], 2);
+    for (int q = 0; q < 8; q++) memcpy(b->qs + 4 * q, &src->qs[q][4 * n], 4);
+}
+
+static inline void sf_repack_q5_0_x8(const sf_block_q5_0 *src, int64_t nb, sf_block_q5_0_x8 *dst) {
+    for (int64_t i = 0; i < nb; i++)
+        for (int n = 0; n < 8; n++) {
+            const sf_block_q5_0 *b = &src[n * nb + i];
+            memcpy(&dst[i].d[n], &b->d, 2);
+            memcpy(&dst[i].qh[n], b->qh, 4);
+            for (int q = 0; q < 4; q++) memcpy(&dst[i].qs[q][4 * n], b->qs + 4 * q, 4);
+        }
+}
+
+static inline void sf_unpack_q5_0_x8(const sf_block_q5_0_x8 *src, int n, sf_block_q5_0 *b) {
+    memcpy(&b->d, &src->d[n], 2);
+    memcpy(b->qh, &src->qh[n], 4);
+    for (int q = 0; q < 4; q++) memcpy(b->qs + 4 * q, &src->qs[q][4 * n], 4);
 }
 
 /* The reference dequantizer (ref.c); the public sf_dequantize_rows checks and calls it. */

@@ -281,7 +281,7 @@ int sf_get_threads(void) {
 
 static int64_t block_values(int type) {
     switch (type) {
-    case SF_Q8_0: case SF_Q5_0: case SF_Q4_0: return SF_QK32;
+    case SF_Q8_0: case SF_Q5_0: case SF_Q4_0: case SF_Q8_0_X8: case SF_Q5_0_X8: return SF_QK32;
     case SF_Q4_K: case SF_Q6_K: case SF_Q4_K_X8: case SF_Q6_K_X8: return SF_QKK;
     default: return 0;
     }
@@ -289,16 +289,18 @@ static int64_t block_values(int type) {
 
 static size_t block_bytes(int type) {
     switch (type) {
-    case SF_Q8_0: return sizeof(sf_block_q8_0);
-    case SF_Q5_0: return sizeof(sf_block_q5_0);
+    case SF_Q8_0: case SF_Q8_0_X8: return sizeof(sf_block_q8_0);  /* per row */
+    case SF_Q5_0: case SF_Q5_0_X8: return sizeof(sf_block_q5_0);
     case SF_Q4_0: return sizeof(sf_block_q4_0);
-    case SF_Q4_K: case SF_Q4_K_X8: return sizeof(sf_block_q4_K);  /* per row */
+    case SF_Q4_K: case SF_Q4_K_X8: return sizeof(sf_block_q4_K);
     case SF_Q6_K: case SF_Q6_K_X8: return sizeof(sf_block_q6_K);
     default: return 0;
     }
 }
 
-static int is_x8(int type) { return type == SF_Q4_K_X8 || type == SF_Q6_K_X8; }
+static int is_x8(int type) {
+    return type == SF_Q8_0_X8 || type == SF_Q5_0_X8 || type == SF_Q4_K_X8 || type == SF_Q6_K_X8;
+}
 
 int sf_type_supported(int type) { return block_values(type) != 0; }
 int64_t sf_block_values(int type) { return block_values(type); }
@@ -324,6 +326,8 @@ static sf_rows_fn rows_fn(const struct sf_kernels *k, int type) {
     case SF_Q4_0: return k->q4_0;
     case SF_Q4_K: return k->q4_K;
     case SF_Q6_K: return k->q6_K;
+    case SF_Q8_0_X8: return k->q8_0_x8;
+    case SF_Q5_0_X8: return k->q5_0_x8;
     case SF_Q4_K_X8: return k->q4_K_x8;
     case SF_Q6_K_X8: return k->q6_K_x8;
     default: return NULL;
@@ -405,17 +409,20 @@ int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int
 }
 
 int sf_repack(int type, const void *w, int64_t N, int64_t K, void *out) {
-    if (type != SF_Q4_K && type != SF_Q6_K) return SF_EBADTYPE;
+    if (type != SF_Q8_0 && type != SF_Q5_0 && type != SF_Q4_K && type != SF_Q6_K) return SF_EBADTYPE;
     if (!shape_ok(type, K) || N < 0 || N % 8 != 0) return SF_EBADSHAPE;
     if (N > 0 && (w == NULL || out == NULL)) return SF_ENULL;
-    const int64_t nb = K / SF_QKK;
+    const int64_t nb = K / block_values(type);
     for (int64_t r = 0; r < N; r += 8) {
-        if (type == SF_Q4_K)
-            sf_repack_q4_K_x8((const sf_block_q4_K *)w + r * nb, nb, (sf_block_q4_K_x8 *)out + r / 8 * nb);
-        else
-            sf_repack_q6_K_x8((const sf_block_q6_K *)w + r * nb, nb, (sf_block_q6_K_x8 *)out + r / 8 * nb);
+        const int64_t g = r / 8 * nb;  /* the group's first x8 block */
+        switch (type) {
+        case SF_Q8_0: sf_repack_q8_0_x8((const sf_block_q8_0 *)w + r * nb, nb, (sf_block_q8_0_x8 *)out + g); break;
+        case SF_Q5_0: sf_repack_q5_0_x8((const sf_block_q5_0 *)w + r * nb, nb, (sf_block_q5_0_x8 *)out + g); break;
+        case SF_Q4_K: sf_repack_q4_K_x8((const sf_block_q4_K *)w + r * nb, nb, (sf_block_q4_K_x8 *)out + g); break;
+        default: sf_repack_q6_K_x8((const sf_block_q6_K *)w + r * nb, nb, (sf_block_q6_K_x8 *)out + g); break;
+        }
     }
-    return type == SF_Q4_K ? SF_Q4_K_X8 : SF_Q6_K_X8;
+    return type + 100;  /* SF_*_X8 */
 }
 
 int sf_dequantize_rows(int type, const void *w, int64_t rows, int64_t K, float *out) {

@@ -85,21 +85,28 @@ static int q6_K_value(const sf_block_q6_K *b, int v) {  /* 0..63, before the -32
 
 /* ---- one weight row . one activation row ---- */
 
-#define REF_DOT32(NAME, BLOCK, VALUE)                                                      \
+/* the float term of one 32-value block against its activation block */
+#define REF_TERM32(NAME, BLOCK, VALUE)                                                     \
+    static float NAME(const BLOCK *b, const sf_act_32 *x) {                                 \
+        int32_t s = 0;                                                                      \
+        for (int v = 0; v < 32; v++) s += VALUE(b, v) * x->qs[v];                           \
+        return sf_q32_term(sf_u16(&b->d), x->d, s);                                         \
+    }
+
+REF_TERM32(q8_0_term, sf_block_q8_0, q8_0_value)
+REF_TERM32(q5_0_term, sf_block_q5_0, q5_0_value)
+REF_TERM32(q4_0_term, sf_block_q4_0, q4_0_value)
+
+#define REF_DOT32(NAME, BLOCK, TERM)                                                       \
     static float NAME(const uint8_t *w, const sf_act_32 *x, int64_t nb) {                   \
         float lanes[8] = {0};                                                               \
-        for (int64_t i = 0; i < nb; i++) {                                                  \
-            const BLOCK *b = (const BLOCK *)(w + i * sizeof *b);                            \
-            int32_t s = 0;                                                                  \
-            for (int v = 0; v < 32; v++) s += VALUE(b, v) * x[i].qs[v];                     \
-            lanes[i % 8] += sf_q32_term(sf_u16(&b->d), x[i].d, s);                          \
-        }                                                                                   \
+        for (int64_t i = 0; i < nb; i++) lanes[i % 8] += TERM((const BLOCK *)w + i, &x[i]); \
         return sf_lanes8_sum(lanes);                                                        \
     }
 
-REF_DOT32(dot_q8_0, sf_block_q8_0, q8_0_value)
-REF_DOT32(dot_q5_0, sf_block_q5_0, q5_0_value)
-REF_DOT32(dot_q4_0, sf_block_q4_0, q4_0_value)
+REF_DOT32(dot_q8_0, sf_block_q8_0, q8_0_term)
+REF_DOT32(dot_q5_0, sf_block_q5_0, q5_0_term)
+REF_DOT32(dot_q4_0, sf_block_q4_0, q4_0_term)
 
 /* K-quant super-block i adds its term to lane i % 8, as the 32-value types do, so that a
  * vector variant keeps eight blocks' float work in one register. */
@@ -156,14 +163,14 @@ REF_ROWS(rows_q6_K, dot_q6_K, sf_act_k, SF_QKK)
 
 /* The x8 forms: every block back to its plain form, then the plain reference's own steps,
  * so the x8 kernels are held to exactly the plain rows' results. */
-#define REF_ROWS_X8(NAME, GROUP, PLAIN, UNPACK, TERM)                                        \
+#define REF_ROWS_X8(NAME, GROUP, PLAIN, UNPACK, TERM, ACT, QK)                              \
     static void NAME(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,         \
                      size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {              \
-        const int64_t nb = K / SF_QKK;                                                       \
+        const int64_t nb = K / (QK);                                                         \
         for (int64_t r = 0; r < nrows; r++) {                                                \
             const GROUP *group = (const GROUP *)(w + (r - r % 8) * wrb);                     \
             for (int64_t m = 0; m < M; m++) {                                                \
-                const sf_act_k *x = (const sf_act_k *)(xq + m * xrb);                        \
+                const ACT *x = (const ACT *)(xq + m * xrb);                                  \
                 float lanes[8] = {0};                                                        \
                 for (int64_t i = 0; i < nb; i++) {                                           \
                     PLAIN b;                                                                 \
@@ -175,8 +182,10 @@ REF_ROWS(rows_q6_K, dot_q6_K, sf_act_k, SF_QKK)
         }                                                                                    \
     }
 
-REF_ROWS_X8(rows_q4_K_x8, sf_block_q4_K_x8, sf_block_q4_K, sf_unpack_q4_K_x8, q4_K_term)
-REF_ROWS_X8(rows_q6_K_x8, sf_block_q6_K_x8, sf_block_q6_K, sf_unpack_q6_K_x8, q6_K_term)
+REF_ROWS_X8(rows_q8_0_x8, sf_block_q8_0_x8, sf_block_q8_0, sf_unpack_q8_0_x8, q8_0_term, sf_act_32, SF_QK32)
+REF_ROWS_X8(rows_q5_0_x8, sf_block_q5_0_x8, sf_block_q5_0, sf_unpack_q5_0_x8, q5_0_term, sf_act_32, SF_QK32)
+REF_ROWS_X8(rows_q4_K_x8, sf_block_q4_K_x8, sf_block_q4_K, sf_unpack_q4_K_x8, q4_K_term, sf_act_k, SF_QKK)
+REF_ROWS_X8(rows_q6_K_x8, sf_block_q6_K_x8, sf_block_q6_K, sf_unpack_q6_K_x8, q6_K_term, sf_act_k, SF_QKK)
 
 const struct sf_kernels sf_kernels_scalar = {
     .name = "scalar",
@@ -187,6 +196,8 @@ const struct sf_kernels sf_kernels_scalar = {
     .q4_0 = rows_q4_0,
     .q4_K = rows_q4_K,
     .q6_K = rows_q6_K,
+    .q8_0_x8 = rows_q8_0_x8,
+    .q5_0_x8 = rows_q5_0_x8,
     .q4_K_x8 = rows_q4_K_x8,
     .q6_K_x8 = rows_q6_K_x8,
 };

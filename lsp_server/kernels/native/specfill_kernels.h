@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 enum sf_type { SF_Q4_0 = 2, SF_Q5_0 = 6, SF_Q8_0 = 8, SF_Q4_K = 12, SF_Q6_K = 14,  /* ggml type ids */
-               SF_Q4_K_X8 = 112, SF_Q6_K_X8 = 114 };  /* not in GGUF files: after sf_repack */
+               SF_Q5_0_X8 = 106, SF_Q8_0_X8 = 108, SF_Q4_K_X8 = 112, SF_Q6_K_X8 = 114 };  /* after sf_repack */
 enum sf_variant { SF_SCALAR = 0, SF_AVX2 = 1, SF_AVX512 = 2, SF_NEON = 3, SF_NVARIANTS = 4 };
 
 enum sf_error {
@@ -52,9 +52,9 @@ size_t sf_row_bytes(int type, int64_t K);         /* 0 if K is not a positive mu
 /* y [M, N] = x [M, K] . W [N, K]^T; W is N rows of sf_row_bytes(type, K) bytes. 0 or sf_error. */
 int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int64_t M, float *y);
 
-/* Q4_K or Q6_K rows repacked 8 by 8 for the kernels (same bytes, lossless): out receives N
- * rows of sf_row_bytes(type, K) bytes and is then passed to sf_matmul as the returned type
- * (SF_Q4_K_X8, SF_Q6_K_X8) with the same
+/* Q8_0, Q5_0, Q4_K or Q6_K rows repacked 8 by 8 for the kernels (same bytes, lossless): out
+ * receives N rows of sf_row_bytes(type, K) bytes and is then passed to sf_matmul as the
+ * returned type (type + 100) with the same
  * N and K, giving the same bits as the plain rows. N must be a multiple of 8. Returns the
  * repacked type, or sf_error (SF_EBADTYPE: this type has no repacked form). */
 int sf_repack(int type, const void *w, int64_t N, int64_t K, void *out);

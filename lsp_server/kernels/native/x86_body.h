@@ -360,6 +360,18 @@ ROWS_BY_R(rows_q4_K, dot_q4_K_rows, sf_block_q4_K)
     _mm256_setr_epi8(a, -1, -1, -1, 4 + (a), -1, -1, -1, 8 + (a), -1, -1, -1, 12 + (a), -1, -1, -1, \
                      a, -1, -1, -1, 4 + (a), -1, -1, -1, 8 + (a), -1, -1, -1, 12 + (a), -1, -1, -1)
 
+/* out[k][n] = sf_lanes8_sum over lanes b of acc[k][b][n]: the reference's fold, per row n */
+SF_ALWAYS_INLINE void fold_lanes(__m256 acc[][8], int R, float out[][8]) {
+    for (int k = 0; k < R; k++) {
+        float a[8][8];
+        for (int b = 0; b < 8; b++) _mm256_storeu_ps(a[b], acc[k][b]);
+        for (int n = 0; n < 8; n++) {
+            const float lanes[8] = {a[0][n], a[1][n], a[2][n], a[3][n], a[4][n], a[5][n], a[6][n], a[7][n]};
+            out[k][n] = sf_lanes8_sum(lanes);
+        }
+    }
+}
+
 static inline __m256i bcast32(const int8_t *p) {
     int32_t v;
     memcpy(&v, p, sizeof v);
@@ -442,14 +454,7 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
             acc[k][i % 8] = _mm256_add_ps(acc[k][i % 8], t);
         }
     }
-    for (int k = 0; k < R; k++) {
-        float a[8][8];
-        for (int b = 0; b < 8; b++) _mm256_storeu_ps(a[b], acc[k][b]);
-        for (int n = 0; n < 8; n++) {
-            const float lanes[8] = {a[0][n], a[1][n], a[2][n], a[3][n], a[4][n], a[5][n], a[6][n], a[7][n]};
-            out[k][n] = sf_lanes8_sum(lanes);
-        }
-    }
+    fold_lanes(acc, R, out);
 }
 
 /* Activation rows per pass over a group. 6 on both variants: one-off probe (AMD EPYC, one
@@ -459,17 +464,17 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
 #endif
 #define SF_X8_R(n) ((n) < SF_X8_RMAX ? (n) : SF_X8_RMAX)
 
-#define ROWS_X8(NAME, DOT, GROUP)                                                              \
+#define ROWS_X8(NAME, DOT, GROUP, ACT, QK)                                                     \
     static void NAME(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq, size_t xrb, \
                      int64_t M, int64_t K, float *y, int64_t ldy) {                              \
-        const int64_t nb = K / SF_QKK;                                                           \
+        const int64_t nb = K / (QK);                                                             \
         for (int64_t r = 0; r < nrows; r += 8) {                                                 \
             const GROUP *group = (const GROUP *)(w + r * wrb);                                   \
-            const sf_act_k *x[SF_X86_RMAX];                                                      \
+            const ACT *x[SF_X86_RMAX];                                                           \
             float out[SF_X86_RMAX][8];                                                           \
             for (int64_t m = 0; m < M;) {                                                        \
                 const int R = M - m >= SF_X8_RMAX ? SF_X8_RMAX : (int)(M - m);                   \
-                for (int k = 0; k < R; k++) x[k] = (const sf_act_k *)(xq + (m + k) * xrb);       \
+                for (int k = 0; k < R; k++) x[k] = (const ACT *)(xq + (m + k) * xrb);            \
                 switch (R) { /* a constant R in each case, so the loops over rows unroll */      \
                 case 1: DOT(group, x, 1, nb, out); break;                                        \
                 case 2: DOT(group, x, SF_X8_R(2), nb, out); break;                               \
@@ -487,7 +492,7 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
         }                                                                                        \
     }
 
-ROWS_X8(rows_q4_K_x8, dot_q4_K_x8_rows, sf_block_q4_K_x8)
+ROWS_X8(rows_q4_K_x8, dot_q4_K_x8_rows, sf_block_q4_K_x8, sf_act_k, SF_QKK)
 
 /* ---- Q6_K repacked 8 rows by 8 (sf_block_q6_K_x8) ---- */
 
@@ -568,17 +573,117 @@ SF_ALWAYS_INLINE void dot_q6_K_x8_rows(const sf_block_q6_K_x8 *blk, const sf_act
             acc[k][i % 8] = _mm256_add_ps(acc[k][i % 8], t);
         }
     }
-    for (int k = 0; k < R; k++) {
-        float a[8][8];
-        for (int b = 0; b < 8; b++) _mm256_storeu_ps(a[b], acc[k][b]);
-        for (int n = 0; n < 8; n++) {
-            const float lanes[8] = {a[0][n], a[1][n], a[2][n], a[3][n], a[4][n], a[5][n], a[6][n], a[7][n]};
-            out[k][n] = sf_lanes8_sum(lanes);
-        }
-    }
+    fold_lanes(acc, R, out);
 }
 
-ROWS_X8(rows_q6_K_x8, dot_q6_K_x8_rows, sf_block_q6_K_x8)
+ROWS_X8(rows_q6_K_x8, dot_q6_K_x8_rows, sf_block_q6_K_x8, sf_act_k, SF_QKK)
+
+/* ---- Q8_0 and Q5_0 repacked 8 rows by 8 ---- */
+
+/* the sum of a block's 32 activations, in every lane */
+static inline __m256i act_sum32(const int8_t *xq) {
+    const __m256i p = _mm256_maddubs_epi16(_mm256_set1_epi8(1), loadu(xq));
+    return _mm256_set1_epi32(hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1))));
+}
+
+/* Q5_0's fifth bits of quad c (values 4c..4c+3) of every row as 0x10 bytes */
+static inline __m256i q5_0_high(__m256i qh, int c) {
+    const char k = (char)(c / 2);
+    const __m256i spread = _mm256_shuffle_epi8(qh, _mm256_setr_epi8(k, k, k, k, 4 + k, 4 + k, 4 + k, 4 + k, 8 + k, 8 + k, 8 + k, 8 + k,
+                                                                    12 + k, 12 + k, 12 + k, 12 + k, k, k, k, k, 4 + k, 4 + k, 4 + k, 4 + k,
+                                                                    8 + k, 8 + k, 8 + k, 8 + k, 12 + k, 12 + k, 12 + k, 12 + k));
+    const int o = 4 * (c % 2);
+    const __m256i bit = _mm256_set1_epi32((int)((1u << o) | (2u << (o + 8)) | (4u << (o + 16)) | (8u << (o + 24))));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(0x10));
+}
+
+/* As the K-quant x8 kernels, for 32-value blocks: lane n = weight row n, sf_q32_term per
+ * block. Q8_0: VNNI takes w + 128 as u8 and subtracts 128 * sum(x); AVX2 uses maddubs'
+ * sign trick (|w| * (x * sign w), <= 2*128*127 per pair). Q5_0: q in 0..31, minus 16 * sum(x)
+ * (AVX2: four quads of maddubs pairs as int16, <= 4*2*31*127 = 31496). */
+SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const *x, int R, int64_t nb,
+                                      float out[][8], int kind) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const size_t bsize = kind == SF_W_Q8_0 ? sizeof(sf_block_q8_0_x8) : sizeof(sf_block_q5_0_x8);
+    __m256 acc[SF_X86_RMAX][8];
+    for (int k = 0; k < R; k++)
+        for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *g = blk + (size_t)i * bsize;
+        prefetch_ahead(g, bsize);
+        __m256i sumi[SF_X86_RMAX];
+        if (kind == SF_W_Q8_0) {
+            const sf_block_q8_0_x8 *b8 = (const sf_block_q8_0_x8 *)g;
+            for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
+            for (int q = 0; q < 8; q++) {
+                const __m256i W = loadu(b8->qs[q]);
+#if SF_X86_VNNI
+                const __m256i U = _mm256_xor_si256(W, _mm256_set1_epi8((char)0x80));  /* w + 128 */
+                for (int k = 0; k < R; k++) sumi[k] = _mm256_dpbusd_epi32(sumi[k], U, bcast32(x[k][i].qs + 4 * q));
+#else
+                const __m256i A = _mm256_abs_epi8(W);
+                for (int k = 0; k < R; k++)
+                    sumi[k] = _mm256_add_epi32(sumi[k], _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(A, _mm256_sign_epi8(bcast32(x[k][i].qs + 4 * q), W)), _mm256_set1_epi16(1)));
+#endif
+            }
+#if SF_X86_VNNI
+            for (int k = 0; k < R; k++) sumi[k] = _mm256_sub_epi32(sumi[k], _mm256_slli_epi32(act_sum32(x[k][i].qs), 7));
+#endif
+        } else {
+            const sf_block_q5_0_x8 *b5 = (const sf_block_q5_0_x8 *)g;
+            const __m256i qh = loadu(b5->qh);
+            __m256i alo[SF_X86_RMAX], ahi[SF_X86_RMAX];
+            for (int k = 0; k < R; k++) alo[k] = ahi[k] = _mm256_setzero_si256();
+            for (int q = 0; q < 4; q++) {
+                const __m256i P = loadu(b5->qs[q]);
+                const __m256i lo = _mm256_or_si256(_mm256_and_si256(P, m4), q5_0_high(qh, q));
+                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(P, 4), m4), q5_0_high(qh, q + 4));
+                for (int k = 0; k < R; k++) {
+                    const int8_t *xq = x[k][i].qs + 4 * q;
+#if SF_X86_VNNI
+                    alo[k] = _mm256_dpbusd_epi32(alo[k], lo, bcast32(xq));
+                    ahi[k] = _mm256_dpbusd_epi32(ahi[k], hi, bcast32(xq + 16));
+#else
+                    alo[k] = _mm256_add_epi16(alo[k], _mm256_maddubs_epi16(lo, bcast32(xq)));
+                    ahi[k] = _mm256_add_epi16(ahi[k], _mm256_maddubs_epi16(hi, bcast32(xq + 16)));
+#endif
+                }
+            }
+            for (int k = 0; k < R; k++) {
+#if SF_X86_VNNI
+                const __m256i s = _mm256_add_epi32(alo[k], ahi[k]);
+#else
+                const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(alo[k], _mm256_set1_epi16(1)),
+                                                   _mm256_madd_epi16(ahi[k], _mm256_set1_epi16(1)));
+#endif
+                sumi[k] = _mm256_sub_epi32(s, _mm256_slli_epi32(act_sum32(x[k][i].qs), 4));
+            }
+        }
+        uint16_t dh[8];
+        memcpy(dh, g, sizeof dh);  /* d[8] leads both layouts */
+        const __m256 d = fp16x8(dh);
+        for (int k = 0; k < R; k++) {
+            /* sf_q32_term, 8 rows: (d_w * d_x) * (float) sumi */
+            const __m256 t = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[k][i].d)), _mm256_cvtepi32_ps(sumi[k]));
+            acc[k][i % 8] = _mm256_add_ps(acc[k][i % 8], t);
+        }
+    }
+    fold_lanes(acc, R, out);
+}
+
+SF_ALWAYS_INLINE void dot_q8_0_x8_rows(const sf_block_q8_0_x8 *blk, const sf_act_32 *const *x, int R, int64_t nb,
+                                       float out[][8]) {
+    dot_q32_x8_rows((const uint8_t *)blk, x, R, nb, out, SF_W_Q8_0);
+}
+
+SF_ALWAYS_INLINE void dot_q5_0_x8_rows(const sf_block_q5_0_x8 *blk, const sf_act_32 *const *x, int R, int64_t nb,
+                                       float out[][8]) {
+    dot_q32_x8_rows((const uint8_t *)blk, x, R, nb, out, SF_W_Q5_0);
+}
+
+ROWS_X8(rows_q8_0_x8, dot_q8_0_x8_rows, sf_block_q8_0_x8, sf_act_32, SF_QK32)
+ROWS_X8(rows_q5_0_x8, dot_q5_0_x8_rows, sf_block_q5_0_x8, sf_act_32, SF_QK32)
 
 /* ---- Q6_K ---- */
 
@@ -645,7 +750,8 @@ ROWS_BY_R(rows_q6_K, dot_q6_K_rows, sf_block_q6_K)
     {                                                                                          \
         .name = NAME, .quant_k = quant_k, .quant_32 = quant_32, .q8_0 = rows_q8_0,             \
         .q5_0 = rows_q5_0, .q4_0 = rows_q4_0, .q4_K = rows_q4_K, .q6_K = rows_q6_K,            \
-        .q4_K_x8 = rows_q4_K_x8, .q6_K_x8 = rows_q6_K_x8,                                      \
+        .q8_0_x8 = rows_q8_0_x8, .q5_0_x8 = rows_q5_0_x8, .q4_K_x8 = rows_q4_K_x8,            \
+        .q6_K_x8 = rows_q6_K_x8,                                                               \
     }
 
 #endif /* SF_X86_BODY_H */
