@@ -66,6 +66,33 @@ static void check(int ok, const char *what, int type, const char *variant, int64
 
 static int same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * sizeof(float)) == 0; }
 
+/* Every variant, 1-3 threads, against ref; M rows at once against M one-row calls. `mm_type`
+ * is the type w is passed as (a repacked type for repacked w); `type` names the case. */
+static void check_variants(int type, int mm_type, const uint8_t *w, int64_t N, int64_t K, const float *x, int64_t M,
+                           const float *ref, float *y, float *one, const char *label) {
+    char what[96];
+    for (int v = 0; v < SF_NVARIANTS; v++) {
+        if (!sf_variant_supported(v)) continue;
+        const char *name = sf_variant_name(v);
+        sf_set_variant(v);
+        for (int threads = 1; threads <= 3; threads++) {
+            sf_set_threads(threads);
+            memset(y, 0xff, M * N * sizeof(float));
+            snprintf(what, sizeof what, "%smatmul returns 0", label);
+            check(sf_matmul(mm_type, w, N, K, x, M, y) == 0, what, type, name, M, N, K);
+            snprintf(what, sizeof what, "%smatmul == reference", label);
+            check(same_bits(ref, y, M * N), what, type, name, M, N, K);
+        }
+        int rows_ok = 1;
+        for (int64_t m = 0; m < M; m++) {
+            sf_matmul(mm_type, w, N, K, x + m * K, 1, one);
+            rows_ok &= same_bits(ref + m * N, one, N);
+        }
+        snprintf(what, sizeof what, "%sM-row call == M one-row calls", label);
+        check(rows_ok, what, type, name, M, N, K);
+    }
+}
+
 static void run_case(int type, int64_t N, int64_t K, int64_t M) {
     const size_t rb = sf_row_bytes(type, K), xrb = sf_act_row_bytes(type, K);
     uint8_t *w = malloc(N * rb), *qa = malloc(M * xrb), *qb = malloc(M * xrb);
@@ -85,44 +112,16 @@ static void run_case(int type, int64_t N, int64_t K, int64_t M) {
 
     for (int v = 0; v < SF_NVARIANTS; v++) {
         if (!sf_variant_supported(v)) continue;
-        const char *name = sf_variant_name(v);
         sf_set_variant(v);
         sf_quantize_acts(type, x, M, K, qb);
-        check(memcmp(qa, qb, M * xrb) == 0, "activation blocks == reference", type, name, M, N, K);
-        for (int threads = 1; threads <= 3; threads++) {
-            sf_set_threads(threads);
-            memset(y, 0xff, M * N * sizeof(float));
-            check(sf_matmul(type, w, N, K, x, M, y) == 0, "matmul returns 0", type, name, M, N, K);
-            check(same_bits(ref, y, M * N), "matmul == reference", type, name, M, N, K);
-        }
-        int rows_ok = 1;
-        for (int64_t m = 0; m < M; m++) {
-            sf_matmul(type, w, N, K, x + m * K, 1, one);
-            rows_ok &= same_bits(ref + m * N, one, N);
-        }
-        check(rows_ok, "M-row call == M one-row calls", type, name, M, N, K);
+        check(memcmp(qa, qb, M * xrb) == 0, "activation blocks == reference", type, sf_variant_name(v), M, N, K);
     }
+    check_variants(type, type, w, N, K, x, M, ref, y, one, "");
     if (type != SF_Q4_0 && N % 8 == 0) {  /* repacked 8 rows by 8: the plain rows' bits */
         uint8_t *w8 = malloc(N * rb);
         const int x8 = type + 100;
         check(sf_repack(type, w, N, K, w8) == x8, "repack returns the x8 type", type, "-", M, N, K);
-        for (int v = 0; v < SF_NVARIANTS; v++) {
-            if (!sf_variant_supported(v)) continue;
-            const char *name = sf_variant_name(v);
-            sf_set_variant(v);
-            for (int threads = 1; threads <= 3; threads++) {
-                sf_set_threads(threads);
-                memset(y, 0xff, M * N * sizeof(float));
-                check(sf_matmul(x8, w8, N, K, x, M, y) == 0, "x8 matmul returns 0", type, name, M, N, K);
-                check(same_bits(ref, y, M * N), "x8 matmul == reference", type, name, M, N, K);
-            }
-            int rows_ok = 1;
-            for (int64_t m = 0; m < M; m++) {
-                sf_matmul(x8, w8, N, K, x + m * K, 1, one);
-                rows_ok &= same_bits(ref + m * N, one, N);
-            }
-            check(rows_ok, "x8 M-row call == M one-row calls", type, name, M, N, K);
-        }
+        check_variants(type, x8, w8, N, K, x, M, ref, y, one, "x8 ");
         free(w8);
     }
     free(w); free(qa); free(qb); free(x); free(ref); free(y); free(one);

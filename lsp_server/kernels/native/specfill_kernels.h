@@ -7,6 +7,12 @@
  * bit for bit. Activations are quantized to int8 per row inside the call (blocks of 256 for
  * K-quant weights, of 32 for Q8_0 / Q5_0 / Q4_0); all integer work is exact.
  *
+ * Callers that keep a weight repack it once (sf_repack): 8 weight rows side by side, so a
+ * vector lane holds one weight row and a sub-block's scale multiplies once per 8 rows (one
+ * thread, 256 MB of Q4_K: ~2x faster than the plain layout at one row, in a one-off probe;
+ * docs/benchmarks.md has the project benchmark). The plain types stay for N that is not a
+ * multiple of 8.
+ *
  * Knows nothing of torch or Python. One caller at a time runs (concurrent calls serialize
  * on an internal lock); the library owns a small persistent thread pool. */
 #ifndef SPECFILL_KERNELS_H

@@ -317,16 +317,16 @@ SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *co
  * time (9 rows: 8 + 1). */
 /* a constant R for each case; the cases above SF_X86_RMAX never run (clamped to compile) */
 #define SF_R(n) ((n) < SF_X86_RMAX ? (n) : SF_X86_RMAX)
-#define SF_DOT_R(DOT, row, x, R, nb, out)                                                      \
+#define SF_DOT_R(DOT, CLAMP, row, x, R, nb, out)                                               \
     switch (R) {                                                                               \
     case 1: DOT(row, x, 1, nb, out); break;                                                    \
-    case 2: DOT(row, x, SF_R(2), nb, out); break;                                              \
-    case 3: DOT(row, x, SF_R(3), nb, out); break;                                              \
-    case 4: DOT(row, x, SF_R(4), nb, out); break;                                              \
-    case 5: DOT(row, x, SF_R(5), nb, out); break;                                              \
-    case 6: DOT(row, x, SF_R(6), nb, out); break;                                              \
-    case 7: DOT(row, x, SF_R(7), nb, out); break;                                              \
-    default: DOT(row, x, SF_R(8), nb, out); break;                                             \
+    case 2: DOT(row, x, CLAMP(2), nb, out); break;                                             \
+    case 3: DOT(row, x, CLAMP(3), nb, out); break;                                             \
+    case 4: DOT(row, x, CLAMP(4), nb, out); break;                                             \
+    case 5: DOT(row, x, CLAMP(5), nb, out); break;                                             \
+    case 6: DOT(row, x, CLAMP(6), nb, out); break;                                             \
+    case 7: DOT(row, x, CLAMP(7), nb, out); break;                                             \
+    default: DOT(row, x, CLAMP(8), nb, out); break;                                            \
     }
 
 #define ROWS_BY_R(NAME, DOT, BLOCK)                                                            \
@@ -340,7 +340,7 @@ SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *co
             for (int64_t m = 0; m < M;) {                                                      \
                 const int R = M - m >= SF_X86_RMAX ? SF_X86_RMAX : (int)(M - m);               \
                 for (int k = 0; k < R; k++) x[k] = (const sf_act_k *)(xq + (m + k) * xrb);     \
-                SF_DOT_R(DOT, row, x, R, nb, out)                                              \
+                SF_DOT_R(DOT, SF_R, row, x, R, nb, out)                                        \
                 for (int k = 0; k < R; k++) y[(m + k) * ldy + r] = out[k];                     \
                 m += R;                                                                        \
             }                                                                                  \
@@ -378,6 +378,18 @@ static inline __m256i bcast32(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+/* One row's sums of two unsigned quads, lo against xq and hi against xq + hi_off: VNNI
+ * straight to int32, AVX2 as int16 maddubs pairs (each caller bounds how many it adds). */
+SF_ALWAYS_INLINE void add_quads(__m256i *alo, __m256i *ahi, __m256i lo, __m256i hi, const int8_t *xq, int hi_off) {
+#if SF_X86_VNNI
+    *alo = _mm256_dpbusd_epi32(*alo, lo, bcast32(xq));
+    *ahi = _mm256_dpbusd_epi32(*ahi, hi, bcast32(xq + hi_off));
+#else
+    *alo = _mm256_add_epi16(*alo, _mm256_maddubs_epi16(lo, bcast32(xq)));
+    *ahi = _mm256_add_epi16(*ahi, _mm256_maddubs_epi16(hi, bcast32(xq + hi_off)));
+#endif
+}
+
 /* One lane per weight row: a 32-byte load holds 4 values of each of 8 rows, met by the same
  * 4 activation bytes in every lane. Sub-block j's sum for row n then builds up in lane n
  * (VNNI: vpdpbusd straight to int32, <= 32*15*127; AVX2: maddubs pairs added as int16,
@@ -411,13 +423,7 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
                 const __m256i lo = _mm256_and_si256(W, m4), hi = _mm256_and_si256(_mm256_srli_epi16(W, 4), m4);
                 for (int k = 0; k < R; k++) {
                     const int8_t *xq = x[k][i].qs + 64 * p + 4 * q;
-#if SF_X86_VNNI
-                    alo[k] = _mm256_dpbusd_epi32(alo[k], lo, bcast32(xq));
-                    ahi[k] = _mm256_dpbusd_epi32(ahi[k], hi, bcast32(xq + 32));
-#else
-                    alo[k] = _mm256_add_epi16(alo[k], _mm256_maddubs_epi16(lo, bcast32(xq)));
-                    ahi[k] = _mm256_add_epi16(ahi[k], _mm256_maddubs_epi16(hi, bcast32(xq + 32)));
-#endif
+                    add_quads(&alo[k], &ahi[k], lo, hi, xq, 32);
                 }
             }
             const int jl = (2 * p) % 4, jh = (2 * p + 1) % 4;  /* byte of sc03 / sc47 */
@@ -475,16 +481,7 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
             for (int64_t m = 0; m < M;) {                                                        \
                 const int R = M - m >= SF_X8_RMAX ? SF_X8_RMAX : (int)(M - m);                   \
                 for (int k = 0; k < R; k++) x[k] = (const ACT *)(xq + (m + k) * xrb);            \
-                switch (R) { /* a constant R in each case, so the loops over rows unroll */      \
-                case 1: DOT(group, x, 1, nb, out); break;                                        \
-                case 2: DOT(group, x, SF_X8_R(2), nb, out); break;                               \
-                case 3: DOT(group, x, SF_X8_R(3), nb, out); break;                               \
-                case 4: DOT(group, x, SF_X8_R(4), nb, out); break;                               \
-                case 5: DOT(group, x, SF_X8_R(5), nb, out); break;                               \
-                case 6: DOT(group, x, SF_X8_R(6), nb, out); break;                               \
-                case 7: DOT(group, x, SF_X8_R(7), nb, out); break;                               \
-                default: DOT(group, x, SF_X8_R(8), nb, out); break;                              \
-                }                                                                                \
+                SF_DOT_R(DOT, SF_X8_R, group, x, R, nb, out)                                     \
                 for (int k = 0; k < R; k++)                                                      \
                     for (int n = 0; n < 8; n++) y[(m + k) * ldy + r + n] = out[k][n];            \
                 m += R;                                                                          \
@@ -641,13 +638,7 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
                 const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(P, 4), m4), q5_0_high(qh, q + 4));
                 for (int k = 0; k < R; k++) {
                     const int8_t *xq = x[k][i].qs + 4 * q;
-#if SF_X86_VNNI
-                    alo[k] = _mm256_dpbusd_epi32(alo[k], lo, bcast32(xq));
-                    ahi[k] = _mm256_dpbusd_epi32(ahi[k], hi, bcast32(xq + 16));
-#else
-                    alo[k] = _mm256_add_epi16(alo[k], _mm256_maddubs_epi16(lo, bcast32(xq)));
-                    ahi[k] = _mm256_add_epi16(ahi[k], _mm256_maddubs_epi16(hi, bcast32(xq + 16)));
-#endif
+                    add_quads(&alo[k], &ahi[k], lo, hi, xq, 16);
                 }
             }
             for (int k = 0; k < R; k++) {
