@@ -304,9 +304,10 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
         else:
             progress(f"round costs not measured cleanly (busy CPU? {describe_costs(costs)}); "
                      "the syntax policy's k bounds apply as they are")
-    # Native models copied their Q4_K tensors at load (repacked, kernels/native Weight), so
-    # those pages of the GGUF maps are not read again; the tensors read from the maps every
-    # step (Q6_K, Q8_0, Q5_0, embeddings) fault back in once, from the page cache.
+    # Native models copied their weight matrices at load (repacked 8 rows by 8, kernels/native
+    # Weight), so those pages of the GGUF maps are not read again; what is still read from
+    # the maps (embedding rows, a matrix that could not be repacked) faults back in once,
+    # from the page cache.
     released = release_weight_pages(m.cacheDir or None)
     if released:
         progress(f"weight file pages handed back after load: {released / 1e9:.2f} GB of maps "

@@ -35,8 +35,7 @@ class Matrix:
     type_id: int
     N: int
     K: int
-    weight: torch.Tensor  # [N, row_bytes] uint8
-    kernel: native.Weight  # checked (and repacked) once, as the engine's layers hold it
+    kernel: native.Weight  # checked and repacked once, as the engine holds it (the only copy)
 
 
 def random_matrix(name: str, type_id: int, N: int, K: int, rng: np.random.Generator) -> Matrix:
@@ -45,8 +44,7 @@ def random_matrix(name: str, type_id: int, N: int, K: int, rng: np.random.Genera
     for offset in FP16_FIELDS[type_id]:
         halves = (np.abs(rng.standard_normal(len(blocks))) * 1e-3).astype(np.float16)
         blocks[:, offset:offset + 2] = halves.view(np.uint8).reshape(-1, 2)
-    weight = torch.from_numpy(blocks.reshape(N, -1))
-    return Matrix(name, type_id, N, K, weight, native.Weight(type_id, weight, K))
+    return Matrix(name, type_id, N, K, native.Weight(type_id, torch.from_numpy(blocks.reshape(N, -1)), K))
 
 
 def build_model(seed: int = 0) -> list[Matrix]:
@@ -94,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"CPU: {cpu.describe()}\nthreads: {native.threads()}")
     start = time.perf_counter()
     mats = build_model()
-    total = sum(m.weight.numel() for m in mats)
+    total = sum(m.kernel.weight.numel() for m in mats)
     print(f"{len(mats)} matrices, {total / 1e9:.2f} GB of weights (built in {time.perf_counter() - start:.0f} s)\n")
     print(f"{'variant':<8} {'M':>3} {'ms/pass':>9} {'x M=1':>7} {'GB/s':>6}")
     for variant in variants:

@@ -195,9 +195,9 @@ class Weight:
     C call and little else (the checks of `matmul` above cost ~3x the call itself on a
     small layer, and a 1.5B model makes 141 calls a step).
 
-    Q8_0, Q5_0, Q4_K and Q6_K with N a multiple of 8 are repacked 8 rows by 8 (sf_repack: a copy of the same bytes,
-    the same bits out) unless `repack` is False; otherwise `weight` itself is used and kept
-    alive."""
+    Q8_0, Q5_0, Q4_K and Q6_K with N a multiple of 8 are repacked 8 rows by 8 (sf_repack: a
+    copy of the same bytes, the same bits out) unless `repack` is False; otherwise `weight`
+    itself is used and kept alive."""
 
     def __init__(self, type_id: int, weight: "torch.Tensor", K: int, repack: bool = True):
         import torch

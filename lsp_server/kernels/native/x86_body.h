@@ -315,7 +315,8 @@ SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *co
 
 /* One weight row at a time (it stays in L1), all M activation rows, up to SF_X86_RMAX at a
  * time (9 rows: 8 + 1). */
-/* a constant R for each case; the cases above SF_X86_RMAX never run (clamped to compile) */
+/* a constant R for each case; CLAMP(n) caps n at the caller's row limit, so the cases above it
+ * compile but never run */
 #define SF_R(n) ((n) < SF_X86_RMAX ? (n) : SF_X86_RMAX)
 #define SF_DOT_R(DOT, CLAMP, row, x, R, nb, out)                                               \
     switch (R) {                                                                               \
