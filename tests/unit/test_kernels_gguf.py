@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from lsp_server.engine.cache import LeanSlot
+from lsp_server.engine import native_layers
 from lsp_server.engine.draft_head import draft_head
 from lsp_server.engine.lean_step import ROWS_INDEPENDENT
 from lsp_server.engine.speculative import SpeculativeEngine
@@ -104,10 +105,28 @@ def test_outputs_follow_the_dequantized_weights(files, tmp_path):
     assert error < 0.02, error  # activations rounded to int8 per block: ~0.5 % measured
 
 
+def test_steps_in_the_native_library_follow_the_dequantized_weights(files):
+    model = load(files, "target")
+    fuse_projections(model)
+    setattr(model, ROWS_INDEPENDENT, True)
+    assert native_layers.fit(model)  # norms, attention and SiLU of steps run in the library
+    assert not native_layers.fit(files["target"][0])  # a torch model's layers: never
+    twin = dequantized_twin(files["target"][0], files["target"][1] / "model.gguf")
+    seq = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(6)).tolist()
+    slot = LeanSlot(model)
+    with torch.inference_mode():
+        slot.feed(seq[:30])  # a prompt: the torch path
+        got = torch.cat([slot.feed(seq[i:i + 1]) for i in range(30, 40)])  # steps: the library
+        want = twin(input_ids=torch.tensor([seq])).logits[0, 30:40]
+    error = float((got - want).norm() / want.norm())
+    assert error < 0.02, error
+
+
 def test_a_verify_equals_single_steps_bit_for_bit(files):
     model = load(files, "target")
     fuse_projections(model)
     setattr(model, ROWS_INDEPENDENT, True)
+    assert native_layers.fit(model)
     seq = torch.randint(0, 256, (60,), generator=torch.Generator().manual_seed(1)).tolist()
     verify, steps = LeanSlot(model), LeanSlot(model)
     with torch.inference_mode():

@@ -60,6 +60,10 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         "sf_dequantize_rows": (c_int, [c_int, vp, c_i64, c_i64, vp]),
         "sf_repack": (c_int, [c_int, vp, c_i64, c_i64, vp]),
         "sf_quantize_acts": (c_int, [c_int, vp, c_i64, c_i64, vp]),
+        "sf_rmsnorm": (c_int, [vp, vp, c_i64, c_i64, ctypes.c_float, vp]),
+        "sf_silu_mul": (c_int, [vp, c_i64, c_i64, vp]),
+        "sf_attention": (c_int, [vp, c_i64, vp, vp, c_i64, c_i64, c_i64, c_i64, c_i64, vp, vp, vp, vp,
+                                 c_i64, c_i64, ctypes.c_float, vp]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -219,6 +223,42 @@ class Weight:
         _raise_on(self._call(self.type_id, self._ptr, self.N, self.K, x.data_ptr(), x.shape[0], out.data_ptr()),
                   "matmul")
         return out
+
+
+# The float steps of a layer (specfill_kernels.h): called per layer of a decode step, so
+# they check only what the C side cannot (dtypes, layouts); it checks the shapes.
+
+
+def rmsnorm(x: "torch.Tensor", weight: "torch.Tensor", eps: float, out: "torch.Tensor") -> "torch.Tensor":
+    """out [M, K] = x / sqrt(mean(x^2) + eps) * weight, x and out contiguous fp32."""
+    _raise_on(_need_lib().sf_rmsnorm(x.data_ptr(), weight.data_ptr(), x.shape[0], x.shape[1], eps, out.data_ptr()),
+              "rmsnorm")
+    return out
+
+
+def silu_mul(gate_up: "torch.Tensor", out: "torch.Tensor") -> "torch.Tensor":
+    """out [M, F] = silu(gate) * up for gate_up [M, 2F] = [gate | up]."""
+    _raise_on(_need_lib().sf_silu_mul(gate_up.data_ptr(), gate_up.shape[0], out.shape[1], out.data_ptr()),
+              "silu_mul")
+    return out
+
+
+def attention(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor",
+              keys: "torch.Tensor", values: "torch.Tensor", past: int, scale: float, out: "torch.Tensor") -> "torch.Tensor":
+    """One layer's attention for M new positions (specfill_kernels.h, sf_attention).
+
+    q [M, H * D] and k, v [M, KV * D]: fp32 row views (rows may be strided, values not);
+    q and k are rotated in place. cos, sin [M, D]; keys, values [KV, capacity, D] of this
+    layer, which receive k, v at past..past+M-1. Returns out [M, H * D]."""
+    M = q.shape[0]
+    KV, cap, D = keys.shape
+    if k.stride() != v.stride() or q.stride(1) != 1 or k.stride(1) != 1:
+        raise ValueError("attention: q, k, v must be row views of unit stride, k and v alike")
+    _raise_on(_need_lib().sf_attention(
+        q.data_ptr(), q.stride(0), k.data_ptr(), v.data_ptr(), k.stride(0), M, q.shape[1] // D, KV, D,
+        cos.data_ptr(), sin.data_ptr(), keys.data_ptr(), values.data_ptr(), cap, past, scale, out.data_ptr()),
+        "attention")
+    return out
 
 
 def dequantize(type_id: int, weight: "torch.Tensor", K: int) -> "torch.Tensor":

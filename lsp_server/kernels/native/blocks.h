@@ -19,6 +19,7 @@
 
 #define SF_QK32 32   /* values per Q8_0 / Q5_0 / Q4_0 block */
 #define SF_QKK 256   /* values per K-quant super-block */
+#define SF_LANES 16  /* partial sums of the float steps' reductions (layer_body.h) */
 
 /* ---- weight blocks, as stored in a GGUF file. Multi-byte fields are read with memcpy
  * (sf_u16): a row of 34-byte blocks leaves most blocks at odd addresses. ---- */
@@ -215,6 +216,12 @@ struct sf_kernels {
     sf_quant_fn quant_k, quant_32;
     sf_rows_fn q8_0, q5_0, q4_0, q4_K, q6_K;
     sf_rows_fn q8_0_x8, q5_0_x8, q4_K_x8, q6_K_x8;  /* nrows a multiple of 8, w as sf_repack_*_x8 leaves it */
+    /* the float steps around the products (layer_body.h) */
+    void (*rmsnorm)(const float *x, const float *w, int64_t M, int64_t K, float eps, float *out);
+    void (*silu_mul)(const float *gate_up, int64_t M, int64_t F, float *out);
+    void (*rope)(float *x, int64_t heads, int64_t D, const float *cos, const float *sin);
+    void (*attend)(const float *q, const float *keys, const float *values, int64_t L, int64_t D, float scale,
+                   float *s, float *out);
 };
 
 extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */

@@ -86,6 +86,8 @@ static int want_threads = 1;      /* under call_mu */
 static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;  /* one call at a time */
 static void *scratch;             /* quantized activations, reused across calls; under call_mu */
 static size_t scratch_cap;
+static float *attn_scratch;       /* attention scores, one row of them per share; under call_mu */
+static size_t attn_scratch_cap;
 
 static int affinity_cpus(void) {
 #if defined(__linux__)
@@ -431,5 +433,94 @@ int sf_dequantize_rows(int type, const void *w, int64_t rows, int64_t K, float *
     if (rows > 0 && (w == NULL || out == NULL)) return SF_ENULL;
     const size_t rb = sf_row_bytes(type, K);
     for (int64_t r = 0; r < rows; r++) sf_ref_dequantize_row(type, (const uint8_t *)w + (size_t)r * rb, K, out + r * K);
+    return SF_OK;
+}
+
+/* ---- the float steps around the products ---- */
+
+static const struct sf_kernels *current_kernels(void) {
+    ensure_init();
+    return variants[atomic_load(&current_variant)];
+}
+
+int sf_rmsnorm(const float *x, const float *w, int64_t M, int64_t K, float eps, float *out) {
+    if (M < 0 || K <= 0 || K % SF_LANES != 0) return SF_EBADSHAPE;
+    if (M == 0) return SF_OK;
+    if (x == NULL || w == NULL || out == NULL) return SF_ENULL;
+    current_kernels()->rmsnorm(x, w, M, K, eps, out);
+    return SF_OK;
+}
+
+int sf_silu_mul(const float *gate_up, int64_t M, int64_t F, float *out) {
+    if (M < 0 || F <= 0) return SF_EBADSHAPE;
+    if (M == 0) return SF_OK;
+    if (gate_up == NULL || out == NULL) return SF_ENULL;
+    current_kernels()->silu_mul(gate_up, M, F, out);
+    return SF_OK;
+}
+
+struct attn_ctx {
+    const struct sf_kernels *k;
+    const float *q, *k_cache, *v_cache;
+    int64_t q_stride, M, H, group, D, cap, past, span;
+    float scale;
+    float *out;
+};
+
+/* Share s of ns takes a contiguous run of the M * H (row, head) units, so the heads that
+ * read one key-value head mostly stay on one core. */
+static void attn_share(const void *p, int s, int ns) {
+    const struct attn_ctx *c = p;
+    const int64_t units = c->M * c->H, u0 = units * s / ns, u1 = units * (s + 1) / ns;
+    float *scores = attn_scratch + (size_t)s * (size_t)c->span;
+    for (int64_t u = u0; u < u1; u++) {
+        const int64_t j = u / c->H, h = u % c->H, g = h / c->group;
+        const size_t kv = (size_t)g * (size_t)c->cap * (size_t)c->D;
+        c->k->attend(c->q + j * c->q_stride + h * c->D, c->k_cache + kv, c->v_cache + kv, c->past + j + 1, c->D,
+                     c->scale, scores, c->out + (j * c->H + h) * c->D);
+    }
+}
+
+int sf_attention(float *q, int64_t q_stride, float *k, const float *v, int64_t kv_stride, int64_t M, int64_t H,
+                 int64_t KV, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
+                 int64_t cap, int64_t past, float scale, float *out) {
+    if (M < 0 || H <= 0 || KV <= 0 || H % KV != 0 || D <= 0 || D % SF_LANES != 0 || D > 512 || past < 0 ||
+        past + M > cap || q_stride < H * D || kv_stride < KV * D)
+        return SF_EBADSHAPE;
+    if (M == 0) return SF_OK;
+    if (q == NULL || k == NULL || v == NULL || cos == NULL || sin == NULL || k_cache == NULL || v_cache == NULL ||
+        out == NULL)
+        return SF_ENULL;
+    const struct sf_kernels *kern = current_kernels();
+    for (int64_t j = 0; j < M; j++) {
+        kern->rope(q + j * q_stride, H, D, cos + j * D, sin + j * D);
+        kern->rope(k + j * kv_stride, KV, D, cos + j * D, sin + j * D);
+        for (int64_t g = 0; g < KV; g++) {
+            const size_t at = ((size_t)g * (size_t)cap + (size_t)(past + j)) * (size_t)D;
+            memcpy(k_cache + at, k + j * kv_stride + g * D, (size_t)D * sizeof(float));
+            memcpy(v_cache + at, v + j * kv_stride + g * D, (size_t)D * sizeof(float));
+        }
+    }
+    pthread_mutex_lock(&call_mu);
+    int64_t shares = M * H * (past + M) * D * 8 / SF_MIN_SHARE_VALUES;  /* a share: 32k multiply-adds at least */
+    if (shares > want_threads) shares = want_threads;
+    if (shares > M * H) shares = M * H;
+    if (shares < 1) shares = 1;
+    const size_t need = (size_t)shares * (size_t)(past + M);
+    if (need > attn_scratch_cap) {
+        void *p = NULL;
+        if (posix_memalign(&p, 64, need * sizeof(float)) != 0) {
+            pthread_mutex_unlock(&call_mu);
+            return SF_ENOMEM;
+        }
+        free(attn_scratch);
+        attn_scratch = p;
+        attn_scratch_cap = need;
+    }
+    if (shares > 1) pool_ensure(want_threads);
+    const struct attn_ctx c = {kern, q, k_cache, v_cache, q_stride, M, H, H / KV, D, cap, past, past + M, scale, out};
+    const struct job jb = {attn_share, &c, (int)shares};
+    run_job(&jb);
+    pthread_mutex_unlock(&call_mu);
     return SF_OK;
 }

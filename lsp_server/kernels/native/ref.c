@@ -5,6 +5,7 @@
 
 #include <math.h>
 
+#include "layer_body.h"
 #include "specfill_kernels.h"
 
 /* ---- activations ---- */
@@ -200,6 +201,7 @@ const struct sf_kernels sf_kernels_scalar = {
     .q5_0_x8 = rows_q5_0_x8,
     .q4_K_x8 = rows_q4_K_x8,
     .q6_K_x8 = rows_q6_K_x8,
+    SF_LAYER_OPS,
 };
 
 /* ---- dequantization, in gguf.quants' order of float operations ---- */

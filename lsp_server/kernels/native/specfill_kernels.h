@@ -65,6 +65,21 @@ int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int
  * repacked type, or sf_error (SF_EBADTYPE: this type has no repacked form). */
 int sf_repack(int type, const void *w, int64_t N, int64_t K, void *out);
 
+/* The float steps of a decoder layer around its products, for decode steps and verifies
+ * (layer_body.h). Rows in, rows out: each row's bits are the same whatever M, the variant
+ * and the threads. K and D are multiples of 16, D <= 512. 0 or sf_error. */
+int sf_rmsnorm(const float *x, const float *w, int64_t M, int64_t K, float eps, float *out);
+/* out [M, F] = silu(gate) * up for rows gate_up [M, 2F] = [gate | up] */
+int sf_silu_mul(const float *gate_up, int64_t M, int64_t F, float *out);
+/* One layer's attention for M new positions past..past+M-1: rotates q (M rows of H * D
+ * floats, q_stride apart) and k (M rows of KV * D, kv_stride apart, as v) in place with
+ * cos / sin [M, D], stores k and v into the caches [KV, cap, D] at past.., then
+ * out [M, H * D] = softmax(q k^T * scale) v per head, row j seeing positions 0..past+j and
+ * query head h reading key-value head h / (H / KV). */
+int sf_attention(float *q, int64_t q_stride, float *k, const float *v, int64_t kv_stride, int64_t M, int64_t H,
+                 int64_t KV, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
+                 int64_t cap, int64_t past, float scale, float *out);
+
 /* The reference dequantizer (scalar, matches gguf.quants.dequantize bit for bit); not for
  * repacked types. */
 int sf_dequantize_rows(int type, const void *w, int64_t rows, int64_t K, float *out);

@@ -9,6 +9,8 @@
 
 #include <immintrin.h>
 
+#include "layer_body.h"
+
 /* sum += <16-bit pairs of p, 16-bit pairs of s> per int32 lane (madd, then add) */
 #if SF_X86_VNNI
 #define SF_MADD_ADD(sum, p, s) _mm256_dpwssd_epi32((sum), (p), (s))
@@ -743,7 +745,7 @@ ROWS_BY_R(rows_q6_K, dot_q6_K_rows, sf_block_q6_K)
         .name = NAME, .quant_k = quant_k, .quant_32 = quant_32, .q8_0 = rows_q8_0,             \
         .q5_0 = rows_q5_0, .q4_0 = rows_q4_0, .q4_K = rows_q4_K, .q6_K = rows_q6_K,            \
         .q8_0_x8 = rows_q8_0_x8, .q5_0_x8 = rows_q5_0_x8, .q4_K_x8 = rows_q4_K_x8,            \
-        .q6_K_x8 = rows_q6_K_x8,                                                               \
+        .q6_K_x8 = rows_q6_K_x8, SF_LAYER_OPS,                                                 \
     }
 
 #endif /* SF_X86_BODY_H */
