@@ -417,10 +417,17 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
                                              _mm256_and_si256(_mm256_srli_epi32(u1, 2), top2));
         __m256i sumi[SF_X86_RMAX], summ[SF_X86_RMAX];
         for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
+        /* Unrolled in full: GCC 12 otherwise copies each row's accumulators between
+         * registers on every step of the loops (two moves per multiply-add) and builds the
+         * scale shuffles at run time. One-off probe (AMD EPYC, avx512_vnni, one thread,
+         * 1536 x 17920 Q4_K, five alternating runs): 22.5 -> 18.2 ms at 64 rows, 0.6 ->
+         * 0.5 ms at one. The Q6_K loops below spill when unrolled and gained nothing. */
+        _Pragma("GCC unroll 8")
         for (int p = 0; p < 4; p++) {  /* sub-blocks 2p (low nibbles) and 2p + 1 (high) */
             const __m256i sc = p < 2 ? sc03 : sc47;
             __m256i alo[SF_X86_RMAX], ahi[SF_X86_RMAX];
             for (int k = 0; k < R; k++) alo[k] = ahi[k] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
             for (int q = 0; q < 8; q++) {
                 const __m256i W = loadu(g->qs[8 * p + q]);
                 const __m256i lo = _mm256_and_si256(W, m4), hi = _mm256_and_si256(_mm256_srli_epi16(W, 4), m4);
@@ -615,6 +622,7 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
         if (kind == SF_W_Q8_0) {
             const sf_block_q8_0_x8 *b8 = (const sf_block_q8_0_x8 *)g;
             for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
             for (int q = 0; q < 8; q++) {
                 const __m256i W = loadu(b8->qs[q]);
 #if SF_X86_VNNI
@@ -635,6 +643,7 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
             const __m256i qh = loadu(b5->qh);
             __m256i alo[SF_X86_RMAX], ahi[SF_X86_RMAX];
             for (int k = 0; k < R; k++) alo[k] = ahi[k] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
             for (int q = 0; q < 4; q++) {
                 const __m256i P = loadu(b5->qs[q]);
                 const __m256i lo = _mm256_or_si256(_mm256_and_si256(P, m4), q5_0_high(qh, q));
