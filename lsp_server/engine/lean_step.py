@@ -25,8 +25,8 @@ import torch
 from torch.nn import functional as F
 
 from ..kernels.attention import packed_gqa_attention
-from . import native_layers
 from ..kernels.packed import linear
+from . import native_layers
 
 _DECODERS = {"qwen2": "Qwen2DecoderLayer", "llama": "LlamaDecoderLayer"}
 # Rope tables are computed ahead for this many positions at a time.
@@ -180,9 +180,6 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
     x = inner.embed_tokens(input_ids)  # [T, H]
     cos, sin = _rope_table(model, past + rows, x.dtype)
     cos, sin = cos[past:past + rows], sin[past:past + rows]  # [T, D]
-    heads, kv_heads, dim = config.num_attention_heads, kv.kv_heads, kv.head_dim
-    mask = _causal_mask(rows, past, x.device)
-    one_row_at_a_time = rows_independent(model) and 1 < rows <= ROW_BY_ROW_MAX_ROWS
     if rows <= ROW_BY_ROW_MAX_ROWS and native_layers.fit(model):
         for i, layer in enumerate(inner.layers):
             if between_layers is not None:
@@ -192,6 +189,9 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         logits = head(x) if head else linear(model.get_output_embeddings(), x)  # [T, V]
         kv.length = past + rows
         return logits
+    heads, kv_heads, dim = config.num_attention_heads, kv.kv_heads, kv.head_dim
+    mask = _causal_mask(rows, past, x.device)
+    one_row_at_a_time = rows_independent(model) and 1 < rows <= ROW_BY_ROW_MAX_ROWS
     # transformers' own rotary arithmetic, from the module that defines the layers
     rope = sys.modules[type(inner.layers[0].self_attn).__module__].apply_rotary_pos_emb
     for i, layer in enumerate(inner.layers):

@@ -7,7 +7,7 @@ products): in a one-off profile (AMD EPYC, avx512_vnni, 2 cores) they took 19 of
 58 ms of a 1.5B target step, and 12 of 29 ms of a 0.5B draft step. The library does
 them in four calls a layer (`kernels.native`: sf_rmsnorm, sf_attention, sf_silu_mul),
 each row by the same instructions whatever the row count, so a verify still equals the
-single steps bit for bit (tests/unit/test_native_layers.py).
+single steps bit for bit (tests/kernels/test_native_layer_ops.py, tests/unit/test_kernels_gguf.py).
 
 Long feeds (prompts) keep the torch path of `lean_step`: there attention is most of the
 work, and SDPA's blocked kernels do it faster. Both paths compute the same model within

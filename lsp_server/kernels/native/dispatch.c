@@ -86,7 +86,7 @@ static int want_threads = 1;      /* under call_mu */
 static pthread_mutex_t call_mu = PTHREAD_MUTEX_INITIALIZER;  /* one call at a time */
 static void *scratch;             /* quantized activations, reused across calls; under call_mu */
 static size_t scratch_cap;
-static float *attn_scratch;       /* attention scores, one row of them per share; under call_mu */
+static void *attn_scratch;        /* attention scores, one row of them per share; under call_mu */
 static size_t attn_scratch_cap;
 
 static int affinity_cpus(void) {
@@ -370,13 +370,15 @@ static void mm_share(const void *p, int s, int ns) {
     if (n1 > n0) c->fn(c->w + (size_t)n0 * c->wrb, c->wrb, n1 - n0, c->xq, c->xrb, c->M, c->K, c->y + n0, c->N);
 }
 
-static void *scratch_get(size_t bytes) {
-    if (bytes <= scratch_cap) return scratch;
+/* A buffer of at least `bytes`, grown (never shrunk) and kept across calls; under call_mu.
+ * NULL if it cannot grow (the old buffer is kept). */
+static void *scratch_grow(void **buf, size_t *cap, size_t bytes) {
+    if (bytes <= *cap) return *buf;
     void *p = NULL;
     if (posix_memalign(&p, 64, bytes) != 0) return NULL;
-    free(scratch);
-    scratch = p;
-    scratch_cap = bytes;
+    free(*buf);
+    *buf = p;
+    *cap = bytes;
     return p;
 }
 
@@ -390,7 +392,7 @@ int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int
 
     pthread_mutex_lock(&call_mu);
     const size_t xrb = sf_act_row_bytes(type, K);
-    uint8_t *xq = scratch_get((size_t)M * xrb);
+    uint8_t *xq = scratch_grow(&scratch, &scratch_cap, (size_t)M * xrb);
     if (xq == NULL) {
         pthread_mutex_unlock(&call_mu);
         return SF_ENOMEM;
@@ -472,7 +474,7 @@ struct attn_ctx {
 static void attn_share(const void *p, int s, int ns) {
     const struct attn_ctx *c = p;
     const int64_t units = c->M * c->H, u0 = units * s / ns, u1 = units * (s + 1) / ns;
-    float *scores = attn_scratch + (size_t)s * (size_t)c->span;
+    float *scores = (float *)attn_scratch + (size_t)s * (size_t)c->span;
     for (int64_t u = u0; u < u1; u++) {
         const int64_t j = u / c->H, h = u % c->H, g = h / c->group;
         const size_t kv = (size_t)g * (size_t)c->cap * (size_t)c->D;
@@ -506,16 +508,9 @@ int sf_attention(float *q, int64_t q_stride, float *k, const float *v, int64_t k
     if (shares > want_threads) shares = want_threads;
     if (shares > M * H) shares = M * H;
     if (shares < 1) shares = 1;
-    const size_t need = (size_t)shares * (size_t)(past + M);
-    if (need > attn_scratch_cap) {
-        void *p = NULL;
-        if (posix_memalign(&p, 64, need * sizeof(float)) != 0) {
-            pthread_mutex_unlock(&call_mu);
-            return SF_ENOMEM;
-        }
-        free(attn_scratch);
-        attn_scratch = p;
-        attn_scratch_cap = need;
+    if (scratch_grow(&attn_scratch, &attn_scratch_cap, (size_t)shares * (size_t)(past + M) * sizeof(float)) == NULL) {
+        pthread_mutex_unlock(&call_mu);
+        return SF_ENOMEM;
     }
     if (shares > 1) pool_ensure(want_threads);
     const struct attn_ctx c = {kern, q, k_cache, v_cache, q_stride, M, H, H / KV, D, cap, past, past + M, scale, out};
