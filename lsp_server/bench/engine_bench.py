@@ -88,7 +88,10 @@ class Runner:
 
         self.engine.clear_caches()  # cold, like the transformers runs
         policy = replace(self.policy, max_new_tokens=max_new)
-        policy = policy if mode == "specfill" else replace(policy, mode="off")
+        # The target alone under its own context: the engine learns answer lengths per
+        # context (to judge a draft's catch-up), and must not learn them from the run it
+        # is compared with.
+        policy = policy if mode == "specfill" else replace(policy, mode="off", context="bench-target")
         final = list(self.engine.generate(CompletionRequest(mode, tuple(ids), policy)))[-1]
         return list(final.token_ids), final.stats
 
@@ -166,6 +169,7 @@ def summarize(rows: list[dict[str, Any]], modes: list[str]) -> dict[str, Any]:
         summary["draft_s"] = sum(s["draft_s"] for s in stats)
         summary["verify_s"] = sum(s["verify_s"] for s in stats)
         summary["prefill_s"] = sum(s["prefill_s"] for s in stats)
+        summary["draft_skipped"] = sum(s.get("draft_skipped", False) for s in stats)
     if "hf-plain" in modes and "target" in modes:
         summary["target_matches_hf_plain_rate"] = sum(
             r["target"]["tokens"] == r["hf-plain"]["tokens"] for r in rows) / len(rows)
@@ -202,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
                                 runtime.fim, ContextBudget(), "psm").ids
     for mode in modes:
         runner.run(mode, warm_ids, max_new=8)
+    with runtime.engine.memory.lock:  # the warm-up's 8-token answers say nothing of the prompts'
+        runtime.engine.memory.lengths.clear()
 
     for i, prompt in enumerate(tqdm(prompts, desc="prompts", unit="prompt")):
         ids = build_fim_prompt(prompt.prefix, prompt.suffix, runtime.encode, runtime.fim,

@@ -7,7 +7,9 @@ per context across requests. k = 0 means a plain decoding round.
 
 from __future__ import annotations
 
+import statistics
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 
 from .costs import RowCosts, best_k
@@ -18,6 +20,8 @@ ENTROPY_EMA = 0.5  # weight of the newest round's mean target entropy
 # (the context's remembered rate, else PRIOR_ACCEPTANCE) before the cost model uses it.
 PRIOR_TOKENS = 8
 PRIOR_ACCEPTANCE = 0.8
+# Generated lengths remembered per context: what the next answer there will likely need.
+LENGTHS_KEPT = 16
 
 
 @dataclass
@@ -36,7 +40,18 @@ class AcceptanceMemory:
     """Acceptance per syntax context, kept across requests (thread-safe: read by the server)."""
 
     by_context: dict[str, ContextMemory] = field(default_factory=dict)
+    lengths: dict[str, deque] = field(default_factory=dict)  # generated tokens of recent requests
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record_length(self, context: str, generated: int) -> None:
+        with self.lock:
+            self.lengths.setdefault(context, deque(maxlen=LENGTHS_KEPT)).append(generated)
+
+    def typical_length(self, context: str) -> float | None:
+        """The median length of this context's recent answers; None before any."""
+        with self.lock:
+            kept = self.lengths.get(context)
+            return statistics.median(kept) if kept else None
 
     def record(self, context: str, drafted: int, accepted: int) -> None:
         with self.lock:

@@ -7,7 +7,10 @@ single-row feed. So the tokens per second of a round of k are
 
     (1 - a^(k+1)) / (1 - a)  /  (k * draft_step + target_feed[k + 1 rows])
 
-and the k worth drafting is the one that maximises it. The costs of each row count are
+and the k worth drafting is the one that maximises it. A request whose draft cache lacks
+part of the prompt pays once more before its first round: the draft prefills what it lacks
+(its catch-up). Drafting pays for that request only when the time the rounds save over the
+tokens it will generate exceeds that catch-up (`draft_pays`). The costs of each row count are
 timed on this machine, at load, because they are what decides: torch's int4 kernel costs
 twice as much from 5 rows, zentorch's int8 kernel stays nearly flat, and bf16 oneDNN picks
 other kernels by row count.
@@ -21,14 +24,20 @@ from typing import Sequence
 
 import torch
 
+# Rows of the timed draft catch-up: prompts reach the draft as feeds of many rows, where a
+# row costs less than a one-row step (one read of the weights serves them all).
+PREFILL_ROWS = 32
+
 
 @dataclass(frozen=True)
 class RowCosts:
     """Seconds: target[r - 1] is a target feed of r rows after a short prompt; draft is one
-    draft step (a one-row draft feed and its head)."""
+    draft step (a one-row draft feed and its head); draft_prefill is a token of a draft
+    catch-up (a feed of PREFILL_ROWS rows, per row)."""
 
     target: tuple[float, ...]
     draft: float
+    draft_prefill: float = 0.0
 
     @property
     def max_k(self) -> int:
@@ -56,6 +65,21 @@ def best_k(costs: RowCosts, acceptance: float, k_max: int | None = None) -> int:
 def predicted_speedup(costs: RowCosts, k: int, acceptance: float) -> float:
     """Rounds of k over plain decoding, in tokens per second."""
     return tokens_per_s(costs, k, acceptance) / tokens_per_s(costs, 0, acceptance)
+
+
+def draft_pays(costs: RowCosts, acceptance: float, catch_up: int, tokens: float,
+               k_max: int | None = None) -> bool:
+    """Whether a request should draft with the model: the seconds its rounds save over
+    `tokens` still to generate, against a catch-up of `catch_up` draft tokens first.
+
+    Why (bench engine, native GGUF kernels, 2 cores of an AMD EPYC): the draft's catch-up
+    of a cold HumanEval prompt took ~0.5 s (4-5 ms a token), more than rounds of k = 1
+    saved on a ~40-token answer, so speculation ran slower than the target alone."""
+    k = best_k(costs, acceptance, k_max)
+    if k == 0:
+        return False
+    per_token = costs.round_s(k) / expected_tokens(k, acceptance)
+    return tokens * (costs.target[0] - per_token) > catch_up * costs.draft_prefill
 
 
 def _timed(fn, repeats: int) -> float:
@@ -89,4 +113,11 @@ def measure(target_slot, draft_slot, prompt: Sequence[int], max_rows: int, repea
         draft_slot.feed(prompt[-1:], all_logits=False)
         draft_slot.rewind(len(prompt))
     step()
-    return RowCosts(tuple(target), _timed(step, repeats * 2))
+    draft = _timed(step, repeats * 2)
+    block = prompt[-1:] * PREFILL_ROWS
+
+    def catch_up() -> None:
+        draft_slot.feed(block, all_logits=False)
+        draft_slot.rewind(len(prompt))
+    catch_up()
+    return RowCosts(tuple(target), draft, _timed(catch_up, repeats) / PREFILL_ROWS)

@@ -14,6 +14,7 @@ import torch
 from .cache import Aborted, KVSlot, LeanSlot, SlotPool
 from .draft_head import draft_head
 from .sampling import Sampling, warp
+from .types import common_prefix_len
 
 
 @dataclass
@@ -46,6 +47,11 @@ class ModelDrafter:
         self._seen = len(ids)
         if self.head is not None:
             self.head.focus(ids)
+
+    def missing(self, ids: Sequence[int]) -> int:
+        """Tokens of `ids` (all but the last, which a proposal feeds) the cache lacks."""
+        assert self.slot is not None
+        return max(0, len(ids) - 1 - common_prefix_len(self.slot.ids, ids))
 
     def prefill(self, ids: Sequence[int], chunk: int, should_abort: Callable[[], bool]) -> int:
         """Bring the draft cache up to all but the last of `ids`; returns tokens fed."""

@@ -18,6 +18,7 @@ import torch
 
 from .cache import Aborted, KVSlot, SlotPool, abort_scope, install_abort_hooks
 from .controller import AcceptanceMemory, Controller
+from .costs import draft_pays
 from .detokenize import StreamingText
 from .draft_head import DEFAULT_COMMON
 from .drafters import Draft, ModelDrafter, PromptLookupDrafter
@@ -74,6 +75,7 @@ class _Run:
     text: StreamingText
     t0: float = field(default_factory=time.perf_counter)
     stop_token: int | None = None  # the end-of-text token that ended it
+    model_draft: bool = True  # False: the draft model's catch-up would cost more than it saves
 
     @property
     def generated(self) -> list[int]:
@@ -134,6 +136,7 @@ class SpeculativeEngine:
                 token, rest = self._choose(run, logits, rest)
                 yield from self._accept(run, [token])
             controller = Controller(request.policy, self.memory, self.costs)
+            run.model_draft = self._draft_pays(run, controller)
             while not run.stats.stop_reason:
                 if should_abort():
                     raise Aborted()
@@ -142,6 +145,8 @@ class SpeculativeEngine:
                 yield from self._accept(run, new)
         except Aborted:
             run.stats.stop_reason = "aborted"
+        if run.stats.stop_reason != "aborted" and not request.background:
+            self.memory.record_length(request.policy.context, len(run.generated))
         self._remember(run)
         yield self._finish(run)
 
@@ -297,7 +302,7 @@ class SpeculativeEngine:
         self, run: _Run, k: int, controller: Controller, should_abort: Callable[[], bool],
     ) -> Draft:
         policy = run.request.policy
-        model = self._model_drafter(policy)
+        model = self._model_drafter(policy) if run.model_draft else None
         t = time.perf_counter()
         if policy.prompt_lookup and (model is None or self._lookup_trusted(run)):
             draft, match = self.lookup.propose(run.ids, k)
@@ -313,6 +318,23 @@ class SpeculativeEngine:
         run.stats.drafter(draft.source).time_s += elapsed
         run.stats.draft_s += elapsed
         return draft
+
+    def _draft_pays(self, run: _Run, controller: Controller) -> bool:
+        """Whether this request drafts with the model at all (costs.draft_pays): its draft
+        cache may lack most of the prompt (a cold request), and prefilling that can cost
+        more than rounds save on the answer's likely length (the context's recent median,
+        within the budget). Without measured costs (a fixed k, tests), always."""
+        drafter = self._model_drafter(run.request.policy)
+        if drafter is None or controller.costs is None:
+            return True
+        left = run.request.max_new_tokens - len(run.generated)
+        typical = self.memory.typical_length(run.request.policy.context)
+        tokens = left if typical is None else max(1.0, min(left, typical - len(run.generated)))
+        run.stats.draft_catch_up = drafter.missing(run.ids)
+        pays = draft_pays(controller.costs, controller.acceptance, run.stats.draft_catch_up, tokens,
+                          run.request.policy.k_max)
+        run.stats.draft_skipped = not pays
+        return pays
 
     def _lookup_trusted(self, run: _Run) -> bool:
         """Lookup is free to propose, but a wrong guess wastes the target pass that the

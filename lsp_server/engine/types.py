@@ -105,6 +105,10 @@ class Stats:
     # the models, and where from: "generation" (type-through) or "background" (precompute).
     known_tokens: int = 0
     known_source: str = ""
+    # Prompt tokens the draft model's cache lacked when the rounds began, and whether that
+    # catch-up was judged to cost more than drafting saves (then only lookup drafts).
+    draft_catch_up: int = 0
+    draft_skipped: bool = False
 
     @property
     def drafted(self) -> int:
@@ -184,6 +188,8 @@ class Stats:
             "stop_reason": self.stop_reason,
             "known_tokens": self.known_tokens,
             "known_source": self.known_source,
+            "draft_catch_up": self.draft_catch_up,
+            "draft_skipped": self.draft_skipped,
         }
 
 

@@ -89,3 +89,31 @@ def test_best_k_maximises_expected_tokens_per_second() -> None:
     assert best_k(flat, 0.99) == 12 and best_k(flat, 0.0) == 0
     assert predicted_speedup(flat, 0, 0.9) == 1.0
     assert predicted_speedup(flat, 4, 0.9) == expected_tokens(4, 0.9) / 1.4
+
+
+def test_drafting_pays_only_when_its_rounds_save_more_than_the_drafts_catch_up() -> None:
+    from lsp_server.engine.costs import RowCosts, draft_pays, expected_tokens
+
+    # one-row feed 1.0, two rows 1.1, a draft step 0.2, a draft catch-up token 0.01
+    costs = RowCosts(target=(1.0, 1.1, 1.2), draft=0.2, draft_prefill=0.01)
+    per_token = (1.1 + 0.2) / expected_tokens(1, 0.8)  # k = 1 is best at 0.8 here
+    saved = 1.0 - per_token  # a round of k = 1 saves this much a token
+    catch_up = 500  # 5 s of draft prefill
+    assert not draft_pays(costs, 0.8, catch_up, tokens=5.0 / saved - 1, k_max=1)
+    assert draft_pays(costs, 0.8, catch_up, tokens=5.0 / saved + 1, k_max=1)
+    assert draft_pays(costs, 0.8, 0, tokens=1, k_max=1)  # a warm draft cache: any saving pays
+    assert not draft_pays(costs, 0.0, 0, tokens=1000)  # a draft that is never right never pays
+    assert draft_pays(RowCosts(target=(1.0, 1.1), draft=0.2), 0.8, catch_up, 1)  # unmeasured catch-up
+
+
+def test_acceptance_memory_keeps_the_median_of_recent_answer_lengths_per_context() -> None:
+    from lsp_server.engine.controller import LENGTHS_KEPT
+
+    memory = AcceptanceMemory()
+    assert memory.typical_length("test") is None
+    for n in (10, 40, 12):
+        memory.record_length("test", n)
+    assert memory.typical_length("test") == 12 and memory.typical_length("other") is None
+    for _ in range(LENGTHS_KEPT):
+        memory.record_length("test", 100)
+    assert memory.typical_length("test") == 100  # only the newest are kept

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -152,3 +153,27 @@ def test_max_k_caps_every_round_and_stays_lossless(target):
     final = run(capped, prompt, policy(6, mode="adaptive"))
     assert max(final.stats.k_trace) <= 2 and final.stats.drafted > 0
     assert list(final.token_ids) == plain_greedy(target, prompt, 24)
+
+
+def test_a_cold_draft_whose_catch_up_costs_more_than_it_saves_is_not_run(target):
+    from lsp_server.engine.costs import RowCosts
+
+    draft = tiny_model(seed=3, hidden=16, layers=1)
+    engine = SpeculativeEngine(target, draft, CharTokenizer(), stop_ids=[])
+    prompt = random.Random(5).choices(range(48), k=40)
+    pol = policy(4, mode="adaptive", n=20)
+    # Flat verifies and cheap draft steps: every round pays, but a token of catch-up costs
+    # as much as a target step, so a cold 39-token catch-up outweighs what 20 tokens save.
+    engine.costs = RowCosts(target=(1.0,) * 6, draft=0.01, draft_prefill=1.0)
+    cold = run(engine, prompt, pol)
+    # the rounds begin after the prefill's token; a proposal feeds the newest token itself
+    assert cold.stats.draft_skipped and cold.stats.draft_catch_up == len(prompt)
+    assert cold.stats.drafted == 0  # neither model drafted (lookup is off in this policy)
+    assert list(cold.token_ids) == plain_greedy(target, prompt, 20)
+    # The same prompt after a warm, which leaves the draft lacking only the prompt's last
+    # token: one token to catch up, and it drafts.
+    engine.clear_caches()
+    list(engine.generate(CompletionRequest("w", tuple(prompt), replace(pol, max_new_tokens=0))))
+    warm = run(engine, prompt, pol)
+    assert not warm.stats.draft_skipped and warm.stats.draft_catch_up == 1
+    assert warm.stats.drafted > 0 and list(warm.token_ids) == list(cold.token_ids)
