@@ -75,7 +75,6 @@ class _Run:
     text: StreamingText
     t0: float = field(default_factory=time.perf_counter)
     stop_token: int | None = None  # the end-of-text token that ended it
-    model_draft: bool = True  # False: the draft model's catch-up would cost more than it saves
 
     @property
     def generated(self) -> list[int]:
@@ -136,7 +135,7 @@ class SpeculativeEngine:
                 token, rest = self._choose(run, logits, rest)
                 yield from self._accept(run, [token])
             controller = Controller(request.policy, self.memory, self.costs)
-            run.model_draft = self._draft_pays(run, controller)
+            run.stats.draft_skipped = not self._draft_pays(run, controller)
             while not run.stats.stop_reason:
                 if should_abort():
                     raise Aborted()
@@ -302,7 +301,7 @@ class SpeculativeEngine:
         self, run: _Run, k: int, controller: Controller, should_abort: Callable[[], bool],
     ) -> Draft:
         policy = run.request.policy
-        model = self._model_drafter(policy) if run.model_draft else None
+        model = None if run.stats.draft_skipped else self._model_drafter(policy)
         t = time.perf_counter()
         if policy.prompt_lookup and (model is None or self._lookup_trusted(run)):
             draft, match = self.lookup.propose(run.ids, k)
@@ -331,10 +330,8 @@ class SpeculativeEngine:
         typical = self.memory.typical_length(run.request.policy.context)
         tokens = left if typical is None else max(1.0, min(left, typical - len(run.generated)))
         run.stats.draft_catch_up = drafter.missing(run.ids)
-        pays = draft_pays(controller.costs, controller.acceptance, run.stats.draft_catch_up, tokens,
+        return draft_pays(controller.costs, controller.acceptance, run.stats.draft_catch_up, tokens,
                           run.request.policy.k_max)
-        run.stats.draft_skipped = not pays
-        return pays
 
     def _lookup_trusted(self, run: _Run) -> bool:
         """Lookup is free to propose, but a wrong guess wastes the target pass that the

@@ -163,7 +163,7 @@ def test_a_cold_draft_whose_catch_up_costs_more_than_it_saves_is_not_run(target)
     prompt = random.Random(5).choices(range(48), k=40)
     pol = policy(4, mode="adaptive", n=20)
     # Flat verifies and cheap draft steps: every round pays, but a token of catch-up costs
-    # as much as a target step, so a cold 39-token catch-up outweighs what 20 tokens save.
+    # as much as a target step, so a cold 40-token catch-up outweighs what 20 tokens save.
     engine.costs = RowCosts(target=(1.0,) * 6, draft=0.01, draft_prefill=1.0)
     cold = run(engine, prompt, pol)
     # the rounds begin after the prefill's token; a proposal feeds the newest token itself
