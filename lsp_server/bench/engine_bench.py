@@ -179,7 +179,7 @@ def summarize(rows: list[dict[str, Any]], modes: list[str]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from lsp_server.backends.local_runtime import load_runtime
+    from lsp_server.backends.local_runtime import describe_costs, load_runtime
     from lsp_server.config import Config, ModelConfig
     from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 
@@ -227,6 +227,10 @@ def run(args: argparse.Namespace) -> int:
         rows.append(row)
         write_json(out_dir / "results.json", {"summary": summarize(rows, modes), **info, "rows": rows})
     summary = summarize(rows, modes)
+    live = runtime.engine.live
+    if live is not None:  # what decided k and whether to draft: the load's timings, as corrected
+        summary["round_costs_at_load"] = describe_costs(live.measured)
+        summary["round_costs_live"] = describe_costs(live.current)
     write_json(out_dir / "results.json", {"summary": summary, **info, "rows": rows})
     write_report(out_dir, summary, rows, modes, args)
     print((out_dir / "results.md").read_text())
@@ -241,7 +245,8 @@ def write_report(out_dir: Path, summary: dict, rows: list[dict], modes: list[str
         [[m, tps[m], tps[m] / base if base else None] for m in modes])
     keys = ["speedup_vs_target", "speedup_vs_hf_assisted", "best_hf_assisted", "identical_rate",
             "identical_rate_up_to_near_ties", "acceptance_rate", "mean_accepted_per_round",
-            "mean_tokens_per_round", "target_matches_hf_plain_rate"]
+            "mean_tokens_per_round", "draft_skipped", "target_matches_hf_plain_rate",
+            "round_costs_at_load", "round_costs_live"]
     facts = "\n".join(f"- {k}: {summary[k]:.3f}" if isinstance(summary.get(k), float)
                       else f"- {k}: {summary.get(k)}" for k in keys if k in summary)
     header = (f"# specfill bench engine\n\n{args.prompts}, {len(rows)} prompts, "

@@ -18,8 +18,10 @@ other kernels by row count.
 
 from __future__ import annotations
 
+import statistics
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import torch
@@ -80,6 +82,65 @@ def draft_pays(costs: RowCosts, acceptance: float, catch_up: int, tokens: float,
         return False
     per_token = costs.round_s(k) / expected_tokens(k, acceptance)
     return tokens * (costs.target[0] - per_token) > catch_up * costs.draft_prefill
+
+
+# Live timings kept per row count (and for the draft step, and the catch-up): a median of
+# this many follows the machine within a request or two yet ignores a preempted round.
+LIVE_KEPT = 16
+# Live timings of a row count before they replace the one timed at load.
+LIVE_MIN = 3
+
+
+class LiveCosts:
+    """Round costs as the engine's own rounds time them, starting from those timed at load.
+
+    Why: at load the costs are timed in a few repeats on a short prompt, and a noisy VM
+    shifts them. In one `bench engine` run (native kernels, 2 cores of an AMD EPYC) a
+    one-row feed took 38 ms at load but 30.3 ms in the plain rounds, while two rows took
+    37 ms at both; so a round of k = 1 looked like it saved ~10 ms a token and saved ~2,
+    and the cold drafts it started never repaid their catch-up. A row count with too few
+    live timings of its own is the load timing scaled by how far the live feeds of every
+    row count have run from theirs. Single-threaded: the engine's worker alone observes;
+    readers take `current`, replaced whole."""
+
+    def __init__(self, measured: RowCosts):
+        self.measured = measured
+        self.current = measured
+        self._feeds: dict[int, deque] = {}
+        self._ratios: deque = deque(maxlen=LIVE_KEPT * 2)
+        self._draft: deque = deque(maxlen=LIVE_KEPT)
+        self._prefill: deque = deque(maxlen=LIVE_KEPT)
+
+    def observe_feed(self, rows: int, seconds: float) -> None:
+        """A target feed of `rows` rows (a verify, a plain step) took `seconds`."""
+        if not 1 <= rows <= len(self.measured.target):
+            return
+        self._feeds.setdefault(rows, deque(maxlen=LIVE_KEPT)).append(seconds)
+        self._ratios.append(seconds / self.measured.target[rows - 1])
+        self._update()
+
+    def observe_draft(self, steps: int, seconds: float) -> None:
+        """A proposal of `steps` draft steps took `seconds`."""
+        if steps > 0:
+            self._draft.append(seconds / steps)
+            self._update()
+
+    def observe_catch_up(self, tokens: int, seconds: float) -> None:
+        """The draft prefilled `tokens` it lacked in `seconds`; feeds shorter than the timed
+        one cost more a token and would overstate it."""
+        if tokens >= PREFILL_ROWS:
+            self._prefill.append(seconds / tokens)
+            self._update()
+
+    def _update(self) -> None:
+        m = self.measured
+        scale = statistics.median(self._ratios) if len(self._ratios) >= LIVE_MIN else 1.0
+        target = tuple(
+            statistics.median(self._feeds[r]) if len(self._feeds.get(r, ())) >= LIVE_MIN else t * scale
+            for r, t in enumerate(m.target, 1))
+        draft = statistics.median(self._draft) if len(self._draft) >= LIVE_MIN else m.draft
+        prefill = statistics.median(self._prefill) if self._prefill else m.draft_prefill
+        self.current = replace(m, target=target, draft=draft, draft_prefill=prefill)
 
 
 def _timed(fn, repeats: int) -> float:

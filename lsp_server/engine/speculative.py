@@ -18,7 +18,7 @@ import torch
 
 from .cache import Aborted, KVSlot, SlotPool, abort_scope, install_abort_hooks
 from .controller import AcceptanceMemory, Controller
-from .costs import draft_pays
+from .costs import LiveCosts, RowCosts, draft_pays
 from .detokenize import StreamingText
 from .draft_head import DEFAULT_COMMON
 from .drafters import Draft, ModelDrafter, PromptLookupDrafter
@@ -99,11 +99,21 @@ class SpeculativeEngine:
                 install_abort_hooks(model)
         self.lookup = PromptLookupDrafter()
         self.memory = AcceptanceMemory()
-        self.costs = None  # engine.costs.RowCosts once the runtime has timed this machine
+        self.live: LiveCosts | None = None  # once the runtime has timed this machine (costs)
         self._token_texts: TokenTexts | None = None  # see token_texts()
         self.lineages: deque[Lineage] = deque(maxlen=LINEAGES)  # newest last
 
     # -- public -----------------------------------------------------------------
+
+    @property
+    def costs(self) -> RowCosts | None:
+        """The round costs the controller decides by: those timed at load, as the live
+        rounds have since corrected them (costs.LiveCosts)."""
+        return None if self.live is None else self.live.current
+
+    @costs.setter
+    def costs(self, measured: RowCosts | None) -> None:
+        self.live = None if measured is None else LiveCosts(measured)
 
     def generate(
         self, request: CompletionRequest, should_abort: Callable[[], bool] = lambda: False,
@@ -236,15 +246,21 @@ class SpeculativeEngine:
         drafter = self._model_drafter(run.request.policy)
         if drafter is not None:
             t = time.perf_counter()
-            drafter.prefill(run.ids, self.options.warm_chunk, should_abort)
-            run.stats.prefill_s += time.perf_counter() - t
+            fed = drafter.prefill(run.ids, self.options.warm_chunk, should_abort)
+            elapsed = time.perf_counter() - t
+            run.stats.prefill_s += elapsed
+            if self.live is not None:
+                self.live.observe_catch_up(fed, elapsed)
 
     @torch.inference_mode()
     def _plain_step(self, run: _Run, slot: KVSlot) -> torch.Tensor:
         """Feed the newest token alone; next-token logits [V]. Metered as a plain round."""
         t = time.perf_counter()
         logits = slot.feed([run.ids[-1]])[-1]
-        run.stats.verify_s += time.perf_counter() - t
+        elapsed = time.perf_counter() - t
+        run.stats.verify_s += elapsed
+        if self.live is not None:
+            self.live.observe_feed(1, elapsed)
         run.stats.rounds += 1
         run.stats.plain_rounds += 1
         run.stats.k_trace.append(0)
@@ -276,6 +292,8 @@ class SpeculativeEngine:
             raise Aborted()
         t = time.perf_counter()
         logits = slot.feed([ids[-1]] + draft.tokens)  # [k+1, V]
+        if self.live is not None:
+            self.live.observe_feed(len(draft.tokens) + 1, time.perf_counter() - t)
         if run.sampling.greedy:
             n, nxt = verify_greedy(draft.tokens, logits)
         else:
@@ -311,11 +329,18 @@ class SpeculativeEngine:
                 return draft
         if model is None:
             return Draft("plain", [])
+        if model.missing(run.ids) > 1:  # catching up, timed apart from the draft steps
+            fed = model.prefill(run.ids, self.options.prefill_chunk, should_abort)
+            if self.live is not None:
+                self.live.observe_catch_up(fed, time.perf_counter() - t)
+        steps_t = time.perf_counter()
         draft = model.propose(
             run.ids, k, policy.draft_p_min, run.sampling, run.gen, should_abort)
-        elapsed = time.perf_counter() - t
-        run.stats.drafter(draft.source).time_s += elapsed
-        run.stats.draft_s += elapsed
+        now = time.perf_counter()
+        if self.live is not None:
+            self.live.observe_draft(len(draft.tokens), now - steps_t)
+        run.stats.drafter(draft.source).time_s += now - t
+        run.stats.draft_s += now - t
         return draft
 
     def _draft_pays(self, run: _Run, controller: Controller) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lsp_server.engine.controller import AcceptanceMemory, Controller
 from lsp_server.engine.types import DraftPolicy, StopRule
 
@@ -104,6 +106,32 @@ def test_drafting_pays_only_when_its_rounds_save_more_than_the_drafts_catch_up()
     assert draft_pays(costs, 0.8, 0, tokens=1, k_max=1)  # a warm draft cache: any saving pays
     assert not draft_pays(costs, 0.0, 0, tokens=1000)  # a draft that is never right never pays
     assert draft_pays(RowCosts(target=(1.0, 1.1), draft=0.2), 0.8, catch_up, 1)  # unmeasured catch-up
+
+
+def test_live_costs_replace_the_load_timings_row_count_by_row_count() -> None:
+    from lsp_server.engine.costs import LIVE_MIN, PREFILL_ROWS, LiveCosts, RowCosts
+
+    measured = RowCosts(target=(0.038, 0.037, 0.064), draft=0.015, draft_prefill=0.004)
+    live = LiveCosts(measured)
+    assert live.current == measured
+    for seconds in [0.030] * (LIVE_MIN - 1) + [0.300]:  # one round preempted by another process
+        live.observe_feed(1, seconds)
+    assert live.current.target[0] == 0.030
+    # rows with no live timings of their own are scaled as the live feeds ran from theirs
+    assert live.current.target[1:] == pytest.approx([t * 0.030 / 0.038 for t in measured.target[1:]])
+    for _ in range(LIVE_MIN):
+        live.observe_feed(2, 0.037)
+    assert live.current.target[1] == 0.037
+    live.observe_feed(9, 1.0)  # beyond the rows timed at load: ignored
+    assert len(live.current.target) == 3
+    assert live.current.draft == measured.draft
+    for _ in range(LIVE_MIN):
+        live.observe_draft(4, 0.048)
+    assert live.current.draft == pytest.approx(0.012)
+    live.observe_catch_up(PREFILL_ROWS - 1, 1.0)  # a short feed costs more a token: not counted
+    assert live.current.draft_prefill == measured.draft_prefill
+    live.observe_catch_up(400, 2.0)
+    assert live.current.draft_prefill == 0.005
 
 
 def test_acceptance_memory_keeps_the_median_of_recent_answer_lengths_per_context() -> None:

@@ -164,7 +164,7 @@ def test_a_cold_draft_whose_catch_up_costs_more_than_it_saves_is_not_run(target)
     pol = policy(4, mode="adaptive", n=20)
     # Flat verifies and cheap draft steps: every round pays, but a token of catch-up costs
     # as much as a target step, so a cold 40-token catch-up outweighs what 20 tokens save.
-    engine.costs = RowCosts(target=(1.0,) * 6, draft=0.01, draft_prefill=1.0)
+    engine.costs = costs = RowCosts(target=(1.0,) * 6, draft=0.01, draft_prefill=1.0)
     cold = run(engine, prompt, pol)
     # the rounds begin after the prefill's token; a proposal feeds the newest token itself
     assert cold.stats.draft_skipped and cold.stats.draft_catch_up == len(prompt)
@@ -174,6 +174,25 @@ def test_a_cold_draft_whose_catch_up_costs_more_than_it_saves_is_not_run(target)
     # token: one token to catch up, and it drafts.
     engine.clear_caches()
     list(engine.generate(CompletionRequest("w", tuple(prompt), replace(pol, max_new_tokens=0))))
+    engine.costs = costs  # the same costs again: the cold run's rounds timed the tiny models live
     warm = run(engine, prompt, pol)
     assert not warm.stats.draft_skipped and warm.stats.draft_catch_up == 1
     assert warm.stats.drafted > 0 and list(warm.token_ids) == list(cold.token_ids)
+
+
+def test_the_round_costs_follow_what_the_engines_own_rounds_take(target):
+    from lsp_server.engine.costs import RowCosts
+
+    engine = SpeculativeEngine(target, tiny_model(seed=2), CharTokenizer(), stop_ids=[])
+    measured = RowCosts(target=(5.0,) * 6, draft=5.0, draft_prefill=5.0)  # far slower than tiny models
+    engine.costs = measured
+    prompt = random.Random(7).choices(range(48), k=40)
+    final = run(engine, prompt, policy(2, n=24))  # fixed k: its verifies are 3-row feeds
+    assert final.stats.speculative_rounds >= 3
+    live = engine.costs
+    # every cost now comes from the live rounds: 3-row feeds timed, the other row counts
+    # scaled with them, draft steps, and the cold draft's 39-token catch-up
+    assert max(live.target) < 1.0 and live.draft < 1.0 and live.draft_prefill < 1.0
+    assert engine.live.measured == measured
+    engine.costs = None
+    assert engine.costs is None and engine.live is None
