@@ -56,6 +56,7 @@ class Prepared:
 class Generation:
     cursor: Cursor
     task: asyncio.Task
+    request_id: str  # the backend's id of its request (BackendRequest.id)
     # JSON-RPC ids of the requests waiting on it, each streamed to under its own id; an id
     # leaves the list when its stream has had its done:true.
     request_ids: list = field(default_factory=list)
@@ -305,12 +306,17 @@ class CompletionService:
         self._settle_precomputes(doc, cursor, encoding)
         generation = self.inflight.get(cursor.uri)
         if generation is None or generation.cursor != cursor or generation.task.done():
-            if generation is not None:
-                generation.task.cancel()  # superseded: the client moved on
+            if generation is not None:  # superseded: the client moved on
+                generation.task.cancel()
+                # Stop the model now, not when the loop next runs the cancelled task: the
+                # prompt below is then built on free cores, not beside a decode holding both
+                # (a type-through answer, which needs no model call, waited on that).
+                backend.abort(generation.request_id)
             prepared = self._prepare(doc, cursor, encoding, config, backend.codec())
             ids: list = []
             task = asyncio.create_task(self._run(backend, prepared, cursor, ids, encoding))
-            generation = self.inflight[cursor.uri] = Generation(cursor, task, ids)
+            generation = Generation(cursor, task, prepared.request.id, ids)
+            self.inflight[cursor.uri] = generation
             task.add_done_callback(lambda _t, g=generation: self._forget(g))
         return await self._follow(generation, msg_id)
 

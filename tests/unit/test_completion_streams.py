@@ -171,6 +171,43 @@ async def test_a_superseded_generation_ends_its_stream(make):
     assert len(h.done_for("new")) == 1
 
 
+class AbortWitness(ScriptedEngine):
+    """Records, at each encode, whether the generation running then had been told to stop."""
+
+    def __init__(self):
+        super().__init__()
+        self.running = None
+        self.stopped_at_encode: list[bool] = []
+
+    def generate(self, request, should_abort=lambda: False):
+        self.running = should_abort
+        yield from super().generate(request, should_abort)
+
+    def encode(self, text: str) -> list[int]:
+        if self.running is not None:
+            self.stopped_at_encode.append(self.running())
+        return super().encode(text)
+
+
+async def test_a_superseded_generation_is_stopped_before_the_new_prompt_is_built():
+    engine = AbortWitness()
+    h = Harness(engine)
+    try:
+        old = h.complete("old", 5, 4)
+        await h.wait_streaming("old")
+        new = h.complete("new", 1, 4)
+        with pytest.raises(asyncio.CancelledError):
+            await old
+        # the new prompt was counted while the old generation already had its stop: the
+        # model's cores were free for it (a type-through answer needs no model call)
+        assert engine.stopped_at_encode and all(engine.stopped_at_encode)
+        new.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await new
+    finally:
+        h.worker.stop()
+
+
 class ThreadRecorder(ScriptedEngine):
     def __init__(self):
         super().__init__(steps=1)

@@ -224,6 +224,25 @@ def test_minified_line_far_denser_than_guessed_is_counted_with_few_encodes():
     assert len(encoder.lengths) <= 8
 
 
+def test_a_keystroke_encodes_little_anew_when_the_encoder_remembers():
+    seen: dict[str, list[int]] = {}
+    new: list[int] = []  # lengths of the pieces the encode cache could not answer
+
+    def cached(text: str) -> list[int]:
+        if text not in seen:
+            new.append(len(text))
+            seen[text] = bpe_like(text)
+        return seen[text]
+
+    cursor = cursor_in_middle_of_source()
+    for typed in ("", "v", "va", "val"):
+        new.clear()
+        prompt = build_fim_prompt(SOURCE[:cursor] + typed, SOURCE[cursor:], cached, FIM,
+                                  ContextBudget(), "psm-line")
+        if typed:  # the lines above the cursor line and the suffix come from the cache
+            assert sum(new) < len(prompt.prefix) / 2, new
+
+
 def test_small_files_need_one_encode_per_side():
     encoder = CountingEncoder()
     build_fim_prompt("x = 1\n" * 20, "y = 2\n" * 5, encoder, FIM, ContextBudget(), "psm")
