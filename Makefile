@@ -39,7 +39,10 @@ llama-server: ## build llama.cpp's llama-server + llama-bench into the model cac
 llama-bench-avx2: ## build llama-bench for AVX2 + FMA only (no AVX-512), to compare at the AVX2 level on any x86 machine
 	LLAMA_ISA=avx2 PY=$(BIN)/python bash scripts/build-llama-server.sh
 
-test: setup models editors llama-server ## all tests: unit, end-to-end, robustness, real models, real servers, real editors
+cross-deps: ## install the aarch64 cross compiler and qemu-user (apt) for the native kernels' ARM test
+	bash scripts/install-cross-deps.sh
+
+test: setup models editors llama-server cross-deps ## all tests: unit, end-to-end, robustness, real models, real servers, real editors
 	$(PYTEST) tests/kernels tests/unit tests/e2e -q
 	$(PYTEST) tests/robustness -q
 	$(PYTEST) tests/slow -q
@@ -91,4 +94,4 @@ bench-peers: models llama-server ## specfill vs llama.cpp (its C++ server and ll
 clean: ## remove build outputs (keeps .venv and the model cache)
 	rm -rf build dist *.egg-info editors/vscode/dist editors/vscode/*.vsix .pytest_cache
 
-.PHONY: help setup models demo editor-deps editors llama-server llama-bench-avx2 test test-remote test-fast test-robustness soak test-slow test-editors bench bench-kernels bench-lsp bench-policy bench-quality bench-bound bench-peers clean
+.PHONY: help setup models demo editor-deps editors llama-server llama-bench-avx2 cross-deps test test-remote test-fast test-robustness soak test-slow test-editors bench bench-kernels bench-lsp bench-policy bench-quality bench-bound bench-peers clean

@@ -26,26 +26,8 @@ need_cmd() {
 }
 
 APT_PACKAGES=(chromium ripgrep tmux g++ make pkg-config libkrb5-dev)
-
-apt_installed() {
-  [ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" = "install ok installed" ]
-}
-
-install_apt_packages() {
-  local missing=()
-  for package in "${APT_PACKAGES[@]}"; do
-    apt_installed "$package" || missing+=("$package")
-  done
-  if [ ${#missing[@]} -eq 0 ]; then
-    log "apt packages present (${APT_PACKAGES[*]})"
-    return
-  fi
-  log "apt-get install ${missing[*]}"
-  local sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-}
+# shellcheck source=apt-packages.sh
+source "$ROOT/scripts/apt-packages.sh"
 
 install_extension_modules() {
   local dir="$ROOT/editors/vscode"
@@ -113,7 +95,7 @@ JSON
 need_cmd node "install Node.js 20 (Debian: apt-get install nodejs npm)"
 need_cmd dpkg-query "this script installs system packages with apt (Debian or Ubuntu)"
 need_cmd npm "install npm (Debian: apt-get install npm)"
-install_apt_packages
+install_apt_packages editor-deps "${APT_PACKAGES[@]}"
 install_extension_modules
 install_tools
 log "done: code-server at editors/.tools/node_modules/.bin/code-server"

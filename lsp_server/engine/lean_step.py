@@ -185,6 +185,8 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
             if between_layers is not None:
                 between_layers()
             x = native_layers.layer(layer, x, kv, i, past, cos, sin)
+        if between_layers is not None:  # the head costs about two layers (a 151,936-row matrix)
+            between_layers()
         x = native_layers.norm(inner.norm, x if all_logits else x[-1:])
         logits = head(x) if head else linear(model.get_output_embeddings(), x)  # [T, V]
         kv.length = past + rows
@@ -214,6 +216,8 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         # the MLP's own arithmetic: down(act(gate(h)) * up(h))
         gate, up = gate_up(h) if gate_up else (linear(mlp.gate_proj, h), linear(mlp.up_proj, h))
         x = x + linear(mlp.down_proj, mlp.act_fn(gate) * up)
+    if between_layers is not None:
+        between_layers()
     x = inner.norm(x if all_logits else x[-1:])
     logits = head(x) if head else linear(model.get_output_embeddings(), x)  # [T, V]
     kv.length = past + rows

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import itertools
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -34,6 +35,8 @@ from lsp_server.syntax.policy import PolicyOverrides, describe, policy_for
 from lsp_server.syntax.types import SyntaxContext
 
 log = logging.getLogger(__name__)
+# Documents whose last ended remote generation is kept for type-through.
+ENDED_KEPT = 16
 _ids = itertools.count(1)
 
 
@@ -53,13 +56,33 @@ class Prepared:
 
 
 @dataclass
+class View:
+    """How one waiting request sees a generation: at its own cursor, cleaned against its
+    own suffix, less the generation's first `typed` characters, which its document already
+    holds (a request that typed through a remote stream joins it: `_join_typed`)."""
+
+    cursor: Cursor
+    suffix: str
+    typed: str = ""
+    shown: str = ""  # the last text streamed to it
+    final: str = ""  # its answer, once the generation ended
+
+    def text(self, raw: str, final: bool = False) -> str:
+        return clean(raw[len(self.typed):], self.suffix, final) if raw.startswith(self.typed) else ""
+
+
+@dataclass
 class Generation:
     cursor: Cursor
-    task: asyncio.Task
     request_id: str  # the backend's id of its request (BackendRequest.id)
-    # JSON-RPC ids of the requests waiting on it, each streamed to under its own id; an id
-    # leaves the list when its stream has had its done:true.
-    request_ids: list = field(default_factory=list)
+    suffix: str
+    doc_text: str = ""  # the document at cursor.version, for requests that type through it
+    offset: int = 0  # the cursor's offset in doc_text
+    task: asyncio.Task | None = None
+    # The requests waiting on it by JSON-RPC id, each streamed to under its own id; an id
+    # leaves when its stream has had its done:true.
+    followers: dict = field(default_factory=dict)
+    raw: str = ""  # its text so far, before the clean-up
 
 
 def clean(text: str, suffix: str, final: bool = False) -> str:
@@ -143,6 +166,9 @@ class CompletionService:
         self.roots: list[str] = []  # workspace folders (POSIX paths), set by the server
         self.workspace_files = WorkspaceFiles(parse_function)
         self._warms: set[asyncio.Task] = set()
+        # The last remote generation that ended complete, per document: typing what it
+        # predicted is answered from it (`_join_typed`); the newest few documents only.
+        self.ended: OrderedDict[str, Generation] = OrderedDict()
         self.precomputes = Precomputes(on_waste=stats.wasted)
 
     def _prepare(self, doc: Document, cursor: Cursor, encoding: str, config: Config,
@@ -305,30 +331,74 @@ class CompletionService:
         cursor = replace(cursor, version=doc.version)
         self._settle_precomputes(doc, cursor, encoding)
         generation = self.inflight.get(cursor.uri)
-        if generation is None or generation.cursor != cursor or generation.task.done():
-            if generation is not None:  # superseded: the client moved on
-                generation.task.cancel()
-                # Stop the model now, not when the loop next runs the cancelled task: the
-                # prompt below is then built on free cores, not beside a decode holding both
-                # (a type-through answer, which needs no model call, waited on that).
-                backend.abort(generation.request_id)
+        view = None
+        if generation is not None and not generation.task.done():
+            view = (View(cursor, generation.suffix) if generation.cursor == cursor else
+                    self._join_typed(generation, doc, cursor, encoding, config))
+        if view is None and generation is not None:  # superseded: the client moved on
+            generation.task.cancel()
+            # Stop the model now, not when the loop next runs the cancelled task: the
+            # prompt below is then built on free cores, not beside a decode holding both
+            # (a type-through answer, which needs no model call, waited on that).
+            backend.abort(generation.request_id)
+        if view is None and cursor.uri in self.ended:
+            answer = self._answer_typed(self.ended[cursor.uri], doc, cursor, encoding, config, msg_id)
+            if answer is not None:
+                return answer or None
+        if view is None:
             prepared = self._prepare(doc, cursor, encoding, config, backend.codec())
-            ids: list = []
-            task = asyncio.create_task(self._run(backend, prepared, cursor, ids, encoding))
-            generation = Generation(cursor, task, prepared.request.id, ids)
+            generation = Generation(cursor, prepared.request.id, prepared.suffix, doc.text,
+                                    doc.offset_at(cursor.line, cursor.character, encoding))
+            view = View(cursor, prepared.suffix)
+            generation.task = asyncio.create_task(self._run(backend, prepared, generation, encoding))
             self.inflight[cursor.uri] = generation
-            task.add_done_callback(lambda _t, g=generation: self._forget(g))
-        return await self._follow(generation, msg_id)
+            generation.task.add_done_callback(lambda _t, g=generation: self._forget(g))
+        return await self._follow(generation, msg_id, view)
 
-    async def _follow(self, generation: Generation, msg_id: Any) -> str | None:
-        generation.request_ids.append(msg_id)
+    def _join_typed(self, generation: Generation, doc: Document, cursor: Cursor, encoding: str,
+                    config: Config) -> View | None:
+        """Type-through on a remote stream: the document is the generation's, plus text
+        that generation streamed, typed at its cursor, and the cursor after it. Then the
+        rest of that stream is this request's answer too, and the server is not asked
+        again. Greedy only. The local engine does this itself, token-exactly, from its
+        lineages (engine/lineage.py); a server's tokens are not seen here, so this is the
+        text-level form: what a greedy server would stream for the new prompt where its
+        tokenizer splits the typed text as it generated it."""
+        if self._local_worker() is not None or config.temperature > 0 or not generation.doc_text:
+            return None
+        old, offset = generation.doc_text, generation.offset
+        typed = doc.text[offset:offset + len(doc.text) - len(old)]
+        if not typed or not generation.raw.startswith(typed) or \
+                doc.text != old[:offset] + typed + old[offset:] or \
+                doc.offset_at(cursor.line, cursor.character, encoding) != offset + len(typed):
+            return None
+        self.stats.joined()
+        return View(cursor, generation.suffix, typed)
+
+    def _answer_typed(self, ended: Generation, doc: Document, cursor: Cursor, encoding: str,
+                      config: Config, msg_id: Any) -> str | None:
+        """Type-through on a remote stream that ended by itself (an end of text or the stop
+        rule, where a fresh greedy request ends too): its rest, at once. None: not typed
+        through it."""
+        view = self._join_typed(ended, doc, cursor, encoding, config)
+        if view is None:
+            return None
+        view.final = view.text(ended.raw, final=True)
+        self.notify(_update(msg_id, view, view.final, done=True))
+        if view.final.strip():
+            self._after_shown(cursor, encoding, view.final)
+        return view.final
+
+    async def _follow(self, generation: Generation, msg_id: Any, view: View) -> str | None:
+        generation.followers[msg_id] = view
+        self._stream_update(generation)  # a joining request gets what is known at once
         try:
-            return await asyncio.shield(generation.task)
+            await asyncio.shield(generation.task)
+            return view.final if view.final.strip() else None
         except asyncio.CancelledError:
-            if msg_id in generation.request_ids:  # its stream has not ended yet
-                generation.request_ids.remove(msg_id)
-                self._stream(generation.cursor, [msg_id], "", done=True)
-            if not generation.request_ids:
+            if generation.followers.pop(msg_id, None) is not None:  # its stream has not ended yet
+                self.notify(_update(msg_id, view, "", done=True))
+            if not generation.followers:
                 generation.task.cancel()  # nobody waits for it any more
             raise
         finally:
@@ -340,55 +410,69 @@ class CompletionService:
         if self.inflight.get(generation.cursor.uri) is generation:
             del self.inflight[generation.cursor.uri]
 
-    async def _run(self, backend: Backend, prepared: Prepared, cursor: Cursor,
-                   ids: list, encoding: str = "utf-16") -> str | None:
+    async def _run(self, backend: Backend, prepared: Prepared, generation: Generation,
+                   encoding: str = "utf-16") -> None:
+        """Stream the generation to its followers, each as its View sees it; every one of
+        them gets exactly one done:true, whatever the outcome."""
         context = prepared.context.kind.value
         self.stats.request(context)
-        shown = ""
         try:
             final: Finished | None = None
             on_final = lambda event: self.stats.work(context, event.stats)  # noqa: E731
             async for event in backend.submit(prepared.request, on_final):
                 if isinstance(event, TextDelta):
-                    text = clean(event.text, prepared.suffix)
-                    if text != shown and text.strip():
-                        shown = text
-                        self._stream(cursor, ids, text, done=False)
+                    generation.raw = event.text
+                    self._stream_update(generation)
                 elif isinstance(event, Finished):
                     final = event
         except asyncio.CancelledError:
             self.stats.outcome(context, "cancelled")
-            self._end_streams(cursor, ids, "")
+            self._end_streams(generation, None)
             raise
         assert final is not None
         if final.reason == "unavailable":  # no server could serve: the router told the user
             self.stats.outcome(context, "error", final.stats)
-            self._end_streams(cursor, ids, "")
-            return None
+            self._end_streams(generation, None)
+            return
         if final.reason == "error":
             self.stats.outcome(context, "error", final.stats)
-            self._end_streams(cursor, ids, "")
+            self._end_streams(generation, None)
             if not backend.failed:  # a failed worker is restarted, and that is what the user hears
                 self.tell_user(f"specfill: completion failed: {final.error}", key="completion-failed")
-            return None
+            return
         text = clean(final.text, prepared.suffix, final=True)
+        generation.raw = final.text
+        if final.reason in ("eos", "stop-rule") and self._local_worker() is None:
+            self.ended[generation.cursor.uri] = generation
+            self.ended.move_to_end(generation.cursor.uri)
+            while len(self.ended) > ENDED_KEPT:
+                self.ended.popitem(last=False)
         self.stats.reused(final.stats)
-        self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats,
-                           ids[0] if ids else None)
-        self._end_streams(cursor, ids, text)
-        if text.strip():
-            self._after_shown(cursor, encoding, text)
-        return text if text.strip() else None
+        first = next(iter(generation.followers), None)
+        self.stats.outcome(context, "completion" if text.strip() else "empty", final.stats, first)
+        newest = list(generation.followers.values())[-1] if generation.followers else None
+        self._end_streams(generation, final.text)
+        # The next suggestion is readied for the newest request's cursor: where the user is.
+        if newest is not None and newest.final.strip():
+            self._after_shown(newest.cursor, encoding, newest.final)
 
-    def _end_streams(self, cursor: Cursor, ids: list, text: str) -> None:
-        """done:true to every request still following, whatever the outcome."""
-        ended = list(ids)
-        ids.clear()
-        self._stream(cursor, ended, text, done=True)
+    def _stream_update(self, generation: Generation) -> None:
+        for msg_id, view in list(generation.followers.items()):
+            text = view.text(generation.raw)
+            if text != view.shown and text.strip():
+                view.shown = text
+                self.notify(_update(msg_id, view, text, done=False))
 
-    def _stream(self, cursor: Cursor, ids: list, text: str, done: bool) -> None:
-        for msg_id in list(ids):
-            update = StreamUpdate(cursor.uri, cursor.version,
-                                  {"line": cursor.line, "character": cursor.character},
-                                  msg_id, text, done)
-            self.notify(update)
+    def _end_streams(self, generation: Generation, final_raw: str | None) -> None:
+        """done:true to every request still following: its final text, or "" (no answer)."""
+        ended = list(generation.followers.items())
+        generation.followers.clear()
+        for msg_id, view in ended:
+            view.final = view.text(final_raw, final=True) if final_raw is not None else ""
+            self.notify(_update(msg_id, view, view.final, done=True))
+
+
+def _update(msg_id: Any, view: View, text: str, done: bool) -> StreamUpdate:
+    cursor = view.cursor
+    return StreamUpdate(cursor.uri, cursor.version, {"line": cursor.line, "character": cursor.character},
+                        msg_id, text, done)

@@ -89,6 +89,7 @@ class ServerStats:
         self.reuse: dict[str, int] = {
             "answers_from_generation": 0,  # type-through: the start came from the last one
             "answers_known_in_full": 0,  # ... all of it: no model call at all
+            "remote_type_through": 0,  # typed through a remote stream (running or ended): not asked again
             "precomputed_hits": 0,  # answers that came from a background precompute
             "precomputed_misses": 0,  # precomputes whose assumed state never came
             "precomputes": 0,  # background generations run (or started)
@@ -111,6 +112,10 @@ class ServerStats:
         self.reuse["precomputes"] += 1
         self.reuse["background_tokens"] += made
         return made
+
+    def joined(self) -> None:
+        """A request typed through a remote stream, running or ended (completion.py)."""
+        self.reuse["remote_type_through"] += 1
 
     def missed(self, count: int) -> None:
         self.reuse["precomputed_misses"] += count

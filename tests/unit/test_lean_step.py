@@ -59,7 +59,8 @@ def test_a_rewind_then_different_tokens_is_the_same_as_computing_them_fresh():
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-10)
 
 
-def test_a_pass_stopped_between_layers_leaves_the_cache_as_it_was():
+@pytest.mark.parametrize("stop_at", [2, 4])  # before the second layer; before the head
+def test_a_pass_stopped_between_layers_leaves_the_cache_as_it_was(stop_at):
     model = tiny_model(5, layers=3)
     kv = StaticKV(model)
     seq = tokens(20, seed=3)
@@ -72,7 +73,7 @@ def test_a_pass_stopped_between_layers_leaves_the_cache_as_it_was():
     def stop_in_second_layer() -> None:
         nonlocal calls
         calls += 1
-        if calls == 2:
+        if calls == stop_at:
             raise Stop()
 
     with torch.inference_mode():
