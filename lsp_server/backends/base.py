@@ -21,6 +21,9 @@ class BackendRequest:
     # `prompt_text` without other files' chunks ("" when it has none): what a server that
     # rejects the repository-level prompt is sent instead.
     plain_text: str = ""
+    # Whitespace cut from the end of `prompt_text` that the server's output must start with;
+    # the output is shown without it (backends.remote, completion.prepare).
+    heal: str = ""
     # The same completion prepared for another backend's codec (the local fallback wants
     # token ids where a remote took text).
     rebuild: Callable[["PromptCodec"], "BackendRequest"] | None = field(

@@ -120,7 +120,7 @@ class RemoteBackend:
     async def _generate(self, req: BackendRequest, session: str) -> AsyncIterator[EngineEvent]:
         started = time.perf_counter()
         stats = Stats(stop_reason="")
-        usage, text, finished = Usage(), "", False
+        usage, text, raw, finished = Usage(), "", "", False
         if req.plain_text and not self.repo_layout:
             req = replace(req, prompt_text=req.plain_text, plain_text="")
         body = self.dialect.body(req, self.settings.model, session)
@@ -133,7 +133,10 @@ class RemoteBackend:
                         raise self._http_error(response.status_code, await response.aread())
                     async for chunk in self._chunks(response):
                         usage.merge(chunk.usage)
-                        new = text + chunk.text
+                        raw += chunk.text
+                        new = _healed(raw, req.heal)
+                        if new is None:  # it does not continue the cut whitespace: no answer
+                            new, stats.stop_reason = "", "stop-rule"
                         cut = _cut(new, req)
                         if cut is not None:
                             new, stats.stop_reason = new[:cut], "stop-rule"
@@ -157,7 +160,7 @@ class RemoteBackend:
             self.meter.cancelled += 1
             raise
         stats.total_s = time.perf_counter() - started
-        self.cached_text = req.prompt_text + text
+        self.cached_text = req.prompt_text + raw
         self._record(usage, stats)
         if usage.draft_tokens is None:
             self._maybe_scrape()
@@ -269,6 +272,14 @@ class RemoteBackend:
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+def _healed(raw: str, heal: str) -> str | None:
+    """The server's output so far less the healed whitespace it must start with ("" until
+    that is written out); None once it has written something else."""
+    if raw.startswith(heal):
+        return raw[len(heal):]
+    return "" if heal.startswith(raw) else None
 
 
 def _cut(text: str, req: BackendRequest) -> int | None:

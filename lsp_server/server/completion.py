@@ -127,18 +127,25 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec:
         prompt = build_fim_prompt(prefix, suffix, codec.encode, codec.fim, budget, window.fimMode)
         others = head(prefix, suffix)
         ids = (*others, *prompt.ids)
-        text = plain = ""
+        text = plain = cut = ""
         if codec.render is not None:
-            # A server that takes text cannot be made to spell out a healed token: the cut
-            # text goes back into the prompt instead. `plain`: the same prompt without other
-            # files, for a server that refuses the repository-level one.
-            text = codec.render(list(ids)) + prompt.heal
-            plain = codec.render(list(prompt.ids)) + prompt.heal if others else ""
+            # A server that takes text cannot be made to spell out a healed token. Healed
+            # whitespace (the cursor line's indentation, a space after `return`) stays cut
+            # and the server's output must start with it: written back, it ends the prompt
+            # in a whitespace token no word follows in training, and the server answered
+            # nothing at 8 of 12 block spots (a probe, llama-server, the quality spots); cut,
+            # at none. Other healed text (a word's start) goes back into the prompt.
+            # `plain`: the same prompt without other files, for a server that refuses the
+            # repository-level one.
+            cut = prompt.heal if not prompt.heal.strip() else ""
+            back = "" if cut else prompt.heal
+            text = codec.render(list(ids)) + back
+            plain = codec.render(list(prompt.ids)) + back if others else ""
         request = CompletionRequest(
             request_id, () if codec.render else ids, policy, config.temperature,
             config.topP, heal="" if codec.render else prompt.heal)
         return BackendRequest(request, text, stop_strings(policy), cursor.uri, rebuild=build,
-                              plain_text=plain)
+                              plain_text=plain, heal=cut)
 
     request = build(codec)
     # The user's code stays out of the log unless they asked for debug.

@@ -164,3 +164,20 @@ def test_a_warm_to_a_server_that_is_down_counts_in_its_health_and_tells_no_one()
     assert not backend.healthy and backend.meter.errors["connect"] == 1
     assert backend.warming.enabled  # down is not a refusal: warming resumes when it is back
     assert told == []
+
+
+def test_healed_whitespace_stays_cut_from_a_remote_prompt_and_the_output_must_start_with_it():
+    from lsp_server.backends.remote import _healed
+
+    svc, docs = service(extra_tokens=0)
+    docs.open("file:///w/pkg/main.py", "python", 1, "def f(x):\n    y = x\n        ")
+    request = remote_prompt(svc, docs, "file:///w/pkg/main.py", 2, 8)
+    # the indentation's last space is what a word's token takes: cut, as the local ids are
+    assert request.heal == " " and request.prompt_text.endswith("    y = x\n" + " " * 7)
+    assert _healed("", " ") == "" and _healed(" ", " ") == ""
+    assert _healed(" return y", " ") == "return y"
+    assert _healed("return y", " ") is None  # not the cursor's indentation: no answer
+    # a word's start is written back into the prompt (a server cannot be made to spell it)
+    docs.open("file:///w/pkg/main.py", "python", 2, MAIN)
+    word = remote_prompt(svc, docs, "file:///w/pkg/main.py", 5, 14)
+    assert word.heal == "" and word.prompt_text.endswith("return tot")
