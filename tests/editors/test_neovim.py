@@ -53,11 +53,16 @@ def nvim(specfill_exe: Path, default_models: Path, tmp_path_factory: pytest.Temp
         nv.command("setlocal indentkeys= noautoindent")
         nv.exec_lua(
             """
-            _G.specfill_test = { cancelled = {} }
+            _G.specfill_test = { cancelled = {}, sent = 0, answered = 0 }
             vim.api.nvim_create_autocmd('LspRequest', { callback = function(args)
               local request = args.data.request
-              if request.type == 'cancel' and request.method == 'textDocument/inlineCompletion' then
+              if request.method ~= 'textDocument/inlineCompletion' then return end
+              if request.type == 'cancel' then
                 table.insert(_G.specfill_test.cancelled, args.data.request_id)
+              elseif request.type == 'pending' then
+                _G.specfill_test.sent = _G.specfill_test.sent + 1
+              elseif request.type == 'complete' then
+                _G.specfill_test.answered = _G.specfill_test.answered + 1
               end
             end })
             """
@@ -121,6 +126,60 @@ def test_accept_word_line_and_all_insert_exactly_the_suggestion(nvim: Any) -> No
         nvim.input("<Tab>")
     wait_until(lambda: buffer_text(nvim) == typed + ghost, 5, "accept-all to insert the rest of the suggestion")
     assert nvim.api.get_mode()["mode"] == "i"
+
+
+def requests(nv: Any) -> tuple[int, int]:
+    """(inlineCompletion requests sent, answered) so far."""
+    counts = nv.exec_lua("return { _G.specfill_test.sent, _G.specfill_test.answered }")
+    return counts[0], counts[1]
+
+
+def test_typing_the_suggested_characters_keeps_the_ghost_text_steady_and_asks_nothing(nvim: Any) -> None:
+    typed = start_typing(nvim, STATEMENT_TYPED)
+    ghost = wait_for_finished_ghost(nvim)
+    first_line = ghost.split("\n")[0]
+    assert len(first_line) >= 2, f"the statement's suggestion starts on its line: {ghost!r}"
+    sent = requests(nvim)[0]
+    keys = first_line[:min(4, len(ghost) - 1)]  # typing all of it would end the suggestion
+    for n, char in enumerate(keys, 1):
+        nvim.input(char.replace("<", "<lt>"))
+        wait_until(lambda: buffer_text(nvim) == typed + first_line[:n], 5, f"{char!r} typed")
+        # Read back right after each key and for 100 ms after it: never blank, never stale.
+        seen = set()
+        deadline = time.monotonic() + 0.1
+        while time.monotonic() < deadline:
+            seen.add(ghost_text(nvim))
+        assert seen == {ghost[n:]}, f"after typing {first_line[:n]!r} the ghost text read {seen!r}"
+    assert requests(nvim)[0] == sent, "typing what the ghost text shows must not ask the server again"
+
+
+def test_accepting_all_of_a_suggestion_asks_for_the_next_at_once_and_it_comes_precomputed(nvim: Any) -> None:
+    start_typing(nvim, BLOCK_TYPED)
+    wait_for_finished_ghost(nvim)
+    # The server generates, in the background, what accepting all of it (and, for several
+    # lines, its first line) would be asked next. Wait until it has finished them: the
+    # count stays put for 3 s.
+    def settled() -> dict | None:
+        first = server_stats(nvim)["reuse"]
+        time.sleep(3)
+        again = server_stats(nvim)["reuse"]
+        return again if again["precomputes"] == first["precomputes"] else None
+
+    reuse = wait_until(settled, 300, "the precomputes to finish", interval=0)
+    sent, answered = requests(nvim)
+    # A long debounce: a request that comes within it was sent by the accept itself.
+    nvim.exec_lua("require('specfill').config.debounce_ms = 3000")
+    try:
+        nvim.input("<Tab>")
+        wait_until(lambda: requests(nvim)[0] > sent, 1.5, "a request for the next suggestion right after the accept")
+        wait_until(lambda: requests(nvim)[1] > answered, 5, "the next suggestion's answer")
+        time.sleep(3.5)  # past the debounce: no second request for the same spot
+    finally:
+        nvim.exec_lua("require('specfill').config.debounce_ms = 150")
+    after = server_stats(nvim)["reuse"]
+    from_earlier = lambda r: r["precomputed_hits"] + r["answers_from_generation"]  # noqa: E731
+    assert from_earlier(after) == from_earlier(reuse) + 1, (reuse, after)
+    assert requests(nvim)[0] == sent + 1, "one request after an accept, not a second one after the debounce"
 
 
 def test_escape_dismisses_the_ghost_text_without_changing_the_buffer(nvim: Any) -> None:

@@ -1,6 +1,7 @@
 """The VS Code extension in real VS Code (code-server 4.100.3 in headless Chromium) against
-`specfill serve` with the real default models: the ghost text streams in and grows, Tab
-inserts exactly the suggestion, and the status bar shows the completion's statistics."""
+`specfill serve` with the real default models: the ghost text streams in and grows, stays
+steady while its first characters are typed, Tab inserts exactly the rest, and the status
+bar shows the completion's statistics."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ VSIX = ROOT / "editors" / "vscode" / "dist" / "specfill.vsix"
 DRIVER = Path(__file__).with_name("vscode_driver.cjs")
 CHROMIUM = Path("/usr/bin/chromium")
 TYPED = BLOCK_TYPED
+TYPE_THROUGH = 3  # characters of the suggestion typed before Tab
 
 
 def user_settings(specfill: Path) -> dict[str, object]:
@@ -120,7 +122,8 @@ def code_server(specfill_exe: Path, default_models: Path, tmp_path: Path, artifa
 
 
 def run_driver(server: CodeServer, artifacts: Path) -> dict[str, object]:
-    options = {"url": server.url, "file": "primes.py", "typed": TYPED, "screenshots": str(artifacts), "timeoutMs": 400_000}
+    options = {"url": server.url, "file": "primes.py", "typed": TYPED, "typeThrough": TYPE_THROUGH,
+               "screenshots": str(artifacts), "timeoutMs": 400_000}
     env = {**os.environ, "NODE_PATH": str(TOOLS)}
     done = subprocess.run(
         ["node", str(DRIVER), json.dumps(options)], env=env, capture_output=True, text=True, timeout=560
@@ -134,10 +137,22 @@ def run_driver(server: CodeServer, artifacts: Path) -> dict[str, object]:
     return result
 
 
-def test_ghost_text_streams_in_and_tab_inserts_exactly_the_suggestion(code_server: CodeServer, artifacts: Path) -> None:
+def test_ghost_text_streams_in_stays_steady_while_typed_through_and_tab_inserts_the_rest(
+        code_server: CodeServer, artifacts: Path) -> None:
     result = run_driver(code_server, artifacts)
     seen: list[str] = result["seen"]  # type: ignore[assignment]
     accepted: str = result["accepted"]  # type: ignore[assignment]
+    through: list[dict] = result["typedThrough"]  # type: ignore[assignment]
+
+    # Typing the suggestion's first characters: on every frame after each key the ghost text
+    # is the rest of the same suggestion (never blank, never the old text).
+    assert len(through) == TYPE_THROUGH, through
+    shown = seen[-1]
+    for step in through:
+        assert shown.startswith(step["typed"]), (shown, step)
+        assert step["frames"] == [shown[len(step["typed"]):]], (step, result["driver_log"])
+    typed_through = through[-1]["typed"]
+    assert accepted == shown[len(typed_through):]
 
     assert len(seen) >= 2, f"ghost text never changed while streaming: {seen!r}"
     assert len(seen[-1]) > len(seen[0]), f"ghost text did not grow: {seen!r}"
@@ -149,8 +164,8 @@ def test_ghost_text_streams_in_and_tab_inserts_exactly_the_suggestion(code_serve
     while saved == SOURCE + TYPED and time.monotonic() < deadline:
         time.sleep(0.2)
         saved = path.read_text()
-    assert saved.startswith(SOURCE + TYPED)
-    inserted = saved[len(SOURCE + TYPED):]
+    assert saved.startswith(SOURCE + TYPED + typed_through)
+    inserted = saved[len(SOURCE + TYPED + typed_through):]
     # Exactly the suggestion on screen; VS Code draws no trailing empty lines, so a
     # suggestion ending in line breaks inserts them after what the screen showed.
     assert inserted.startswith(accepted) and inserted[len(accepted):].strip("\n") == "", (

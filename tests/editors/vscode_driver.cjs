@@ -3,8 +3,9 @@
 //
 //   node vscode_driver.cjs '<json options>'   (prints one JSON line with what it saw)
 //
-// Options: url, file (name to open with Quick Open), typed, screenshots (directory),
-// timeoutMs. Needs NODE_PATH to reach playwright-core.
+// Options: url, file (name to open with Quick Open), typed, typeThrough (how many of the
+// suggestion's first characters to type before Tab), screenshots (directory), timeoutMs.
+// Needs NODE_PATH to reach playwright-core.
 'use strict';
 
 const path = require('path');
@@ -101,6 +102,7 @@ async function main() {
     shots.push(file);
   };
   try {
+    await page.addInitScript(`window.__specfillReadGhost = ${readGhostText.toString()}`);
     await page.goto(options.url);
     await openFile(page, options.file);
     // Typing before the extension registered its provider would ask nobody for a completion.
@@ -139,6 +141,28 @@ async function main() {
     if (seen[seen.length - 1] !== accepted) seen.push(accepted);
     await shoot('vscode-ghost-text.png');
 
+    // Type the suggestion's first characters one at a time, reading the ghost text back on
+    // every animation frame for 300 ms after each key: it must never blank or go stale.
+    const typedThrough = [];
+    const through = [...accepted.split('\n')[0]].slice(0, options.typeThrough ?? 0);
+    for (const [i, char] of through.entries()) {
+      await page.keyboard.type(char);
+      const frames = await page.evaluate(
+        (ms) => new Promise((resolve) => {
+          const out = [];
+          const end = performance.now() + ms;
+          const read = () => {
+            out.push(window.__specfillReadGhost());
+            if (performance.now() < end) requestAnimationFrame(read); else resolve(out);
+          };
+          requestAnimationFrame(read);
+        }),
+        300,
+      );
+      typedThrough.push({ typed: through.slice(0, i + 1).join(''), frames: [...new Set(frames)], count: frames.length });
+    }
+    if (through.length) accepted = accepted.slice(through.join('').length);
+
     const before = await page.evaluate(readEditor);
     log(`before Tab: focus ${before.focus}`);
     if (!before.editorFocused) throw new Error(`the editor lost the keyboard focus to ${before.focus} before Tab`);
@@ -153,7 +177,7 @@ async function main() {
     await page.keyboard.press('Control+S');
     await waitFor(page, 'the file to be saved', () => page.$('.tab.dirty').then((dirty) => !dirty), 10000);
     await shoot('vscode-accepted.png');
-    process.stdout.write(JSON.stringify({ seen, accepted, status, screenshots: shots }) + '\n');
+    process.stdout.write(JSON.stringify({ seen, accepted, typedThrough, status, screenshots: shots }) + '\n');
   } catch (error) {
     await shoot('vscode-failure.png').catch(() => {});
     process.stdout.write(JSON.stringify({ error: String(error), seen, screenshots: shots }) + '\n');

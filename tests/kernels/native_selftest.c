@@ -2,7 +2,7 @@
  * no Python. Built from the C sources alone, so it also runs cross-compiled under qemu:
  *
  *   cc -O2 -ffp-contract=off -pthread -I lsp_server/kernels/native tests/kernels/native_selftest.c \
- *      lsp_server/kernels/native/{ref,avx2,avx512,dispatch}.c -lm && ./a.out
+ *      lsp_server/kernels/native/{ref,avx2,avx512,neon,dispatch}.c -lm && ./a.out
  *
  * Prints "N passed, M failed" and exits non-zero when anything failed. */
 #include <math.h>
@@ -163,6 +163,46 @@ static void run_specials(void) {
         if (!sf_variant_supported(v)) check(sf_set_variant(v) == -1, "set_variant refuses what the CPU lacks", 0, sf_variant_name(v), 0, 0, 0);
 }
 
+/* The float steps of a layer (layer_body.h, compiled per variant): every variant's bits are
+ * the reference's, whatever M (rows are independent). */
+static void run_layer_ops(void) {
+    enum { M = 5, K = 1536, F = 256, H = 4, KV = 2, D = 64, CAP = 40, PAST = 29 };
+    static float x[M * K], w[K], gu[M * 2 * F], q0[M * H * D], kv0[M * 2 * KV * D], cs[M * D], sn[M * D];
+    static float out[SF_NVARIANTS][M * K], act[SF_NVARIANTS][M * F], att[SF_NVARIANTS][M * H * D];
+    static float q[M * H * D], kv[M * 2 * KV * D], kc[KV * CAP * D], vc[KV * CAP * D];
+    static float kcs[SF_NVARIANTS][KV * CAP * D], one[M * K];
+    for (int i = 0; i < M * K; i++) x[i] = rnd_normal() * 4.0f;
+    for (int i = 0; i < K; i++) w[i] = rnd_normal();
+    for (int i = 0; i < M * 2 * F; i++) gu[i] = rnd_normal() * 8.0f;
+    for (int i = 0; i < M * H * D; i++) q0[i] = rnd_normal();
+    for (int i = 0; i < M * 2 * KV * D; i++) kv0[i] = rnd_normal();
+    for (int i = 0; i < M * D; i++) cs[i] = cosf((float)i * 0.01f), sn[i] = sinf((float)i * 0.01f);
+    for (int v = 0; v < SF_NVARIANTS; v++) {
+        if (!sf_variant_supported(v)) continue;
+        sf_set_variant(v);
+        const char *name = sf_variant_name(v);
+        check(sf_rmsnorm(x, w, M, K, 1e-6f, out[v]) == 0, "rmsnorm returns 0", 0, name, M, 0, K);
+        check(sf_silu_mul(gu, M, F, act[v]) == 0, "silu_mul returns 0", 0, name, M, F, 0);
+        memcpy(q, q0, sizeof q);
+        memcpy(kv, kv0, sizeof kv);
+        for (int i = 0; i < KV * CAP * D; i++) kc[i] = vc[i] = (float)(i % 97) * 0.01f;  /* the past */
+        check(sf_attention(q, H * D, kv, kv + KV * D, 2 * KV * D, M, H, KV, D, cs, sn, kc, vc, CAP, PAST,
+                           0.125f, att[v]) == 0, "attention returns 0", 0, name, M, H, D);
+        memcpy(kcs[v], kc, sizeof kc);
+        int rows_ok = 1;  /* one row at a time gives each row's bits */
+        for (int m = 0; m < M; m++) {
+            sf_rmsnorm(x + m * K, w, 1, K, 1e-6f, one);
+            rows_ok &= same_bits(one, out[v] + m * K, K);
+        }
+        check(rows_ok, "rmsnorm: one-row calls == M-row call", 0, name, M, 0, K);
+        if (v == SF_SCALAR) continue;
+        check(same_bits(out[v], out[SF_SCALAR], M * K), "rmsnorm == reference", 0, name, M, 0, K);
+        check(same_bits(act[v], act[SF_SCALAR], M * F), "silu_mul == reference", 0, name, M, F, 0);
+        check(same_bits(att[v], att[SF_SCALAR], M * H * D), "attention == reference", 0, name, M, H, D);
+        check(same_bits(kcs[v], kcs[SF_SCALAR], KV * CAP * D), "rotated keys in the cache == reference", 0, name, M, H, D);
+    }
+}
+
 int main(void) {
     const int types[] = {SF_Q8_0, SF_Q5_0, SF_Q4_0, SF_Q4_K, SF_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
@@ -176,6 +216,7 @@ int main(void) {
                     if (Ns[ni] * Ks[ki] <= 300 * 1280 || (ki == 2 && Ms[mi] == 9)) run_case(types[t], Ns[ni], Ks[ki], Ms[mi]);
     }
     run_specials();
+    run_layer_ops();
     sf_set_threads(0);
     printf("variants run:");
     for (int v = 0; v < SF_NVARIANTS; v++)

@@ -44,6 +44,8 @@ export class Generation {
     readonly uri: string,
     readonly key: string,
     readonly position: vscode.Position,
+    /** The text of the position's line before it, when the request was sent. */
+    readonly before: string,
   ) {}
 
   grow(text: string): boolean {
@@ -64,6 +66,32 @@ export class Generation {
     if (this.final) return this.final;
     if (this.done || !this.text) return [];
     return [new vscode.InlineCompletionItem(this.text, new vscode.Range(this.position, this.position))];
+  }
+
+  /**
+   * How many characters of this generation's text the user has typed at its position since
+   * it was asked for, when `document` at `position` is its document plus exactly those and
+   * some of the text is left; otherwise undefined.
+   */
+  typedThrough(document: vscode.TextDocument, position: vscode.Position): number | undefined {
+    if (this.dismissed || position.isBefore(this.position) || this.position.line >= document.lineCount) return undefined;
+    if (document.lineAt(this.position.line).text.slice(0, this.position.character) !== this.before) return undefined;
+    const typed = document.getText(new vscode.Range(this.position, position));
+    const shown = this.shownText();
+    return typed.length > 0 && typed.length < shown.length && shown.startsWith(typed) ? typed.length : undefined;
+  }
+
+  /** The rest of what it shows once `typed` characters of it are in the document. */
+  itemsAfter(typed: number, position: vscode.Position): Items {
+    return [new vscode.InlineCompletionItem(this.shownText().slice(typed), new vscode.Range(position, position))];
+  }
+
+  /** What it shows at its position: the final answer once the request returned, else the stream. */
+  private shownText(): string {
+    const item = this.final?.[0];
+    if (!item) return this.final ? '' : this.text;
+    const insert = typeof item.insertText === 'string' ? item.insertText : item.insertText.value;
+    return !item.range || item.range.start.isEqual(this.position) ? insert : this.text;
   }
 
   /** Resolves at the next change of text or state, or when `token` is cancelled. */
@@ -92,7 +120,10 @@ export class Generation {
  * text instead of sending a new request, so re-triggering after each stream notification
  * grows the ghost text without restarting the generation. Each request runs under our own
  * cancellation token: VS Code cancels its token on every re-trigger, which must not reach
- * the server. A request for a new position supersedes (and cancels) the older one.
+ * the server. A request for a new position supersedes (and cancels) the older one, except
+ * where the user typed what the ghost text shows: then the rest of the same generation is
+ * the answer (the server would give exactly that, greedy), with no new request, so the ghost
+ * text stays steady while it is typed through.
  */
 export class StreamingCompletions implements vscode.Disposable {
   private readonly byUri = new Map<string, Generation>();
@@ -111,6 +142,8 @@ export class StreamingCompletions implements vscode.Disposable {
     const key = generationKey(uri, document.version, position.line, position.character);
     let generation = this.byUri.get(uri);
     if (generation?.key !== key) {
+      const typed = generation?.typedThrough(document, position);
+      if (generation && typed !== undefined) return token.isCancellationRequested ? [] : generation.itemsAfter(typed, position);
       this.forget(uri);
       generation = this.start(uri, key, document, position, context, next);
     }
@@ -125,12 +158,13 @@ export class StreamingCompletions implements vscode.Disposable {
     if (generation?.key === key && generation.grow(params.text)) this.onGrow(generation);
   }
 
-  /** The generation shown in `document` at `position`, if any. */
+  /** The generation shown in `document` at `position` (asked for there, or typed through), if any. */
   current(document: vscode.TextDocument, position: vscode.Position): Generation | undefined {
     const uri = normalizeUri(document.uri.toString());
     const generation = this.byUri.get(uri);
     const key = generationKey(uri, document.version, position.line, position.character);
-    return generation?.key === key ? generation : undefined;
+    if (generation?.key === key) return generation;
+    return generation?.typedThrough(document, position) !== undefined ? generation : undefined;
   }
 
   forget(uri: string): void {
@@ -153,7 +187,7 @@ export class StreamingCompletions implements vscode.Disposable {
     context: vscode.InlineCompletionContext,
     next: SendInlineCompletion,
   ): Generation {
-    const generation = new Generation(uri, key, position);
+    const generation = new Generation(uri, key, position, document.lineAt(position.line).text.slice(0, position.character));
     this.byUri.set(uri, generation);
     Promise.resolve(next(document, position, context, generation.cancellation.token)).then(
       (result) => {

@@ -25,7 +25,7 @@ VARIANTS = ("scalar", "avx2", "avx512", "neon")
 # what each variant needs, as /proc/cpuinfo names it (the C side checks the same)
 _AVX2 = ("avx2", "fma", "f16c")
 NEEDS = {"scalar": (), "avx2": _AVX2, "avx512": (*_AVX2, "avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
-         "neon": ("asimd",)}
+         "neon": ("asimd", "asimddp")}
 TYPES = {2: "Q4_0", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # ggml type id -> name
 REPACKED = {6: 106, 8: 108, 12: 112, 14: 114}  # ggml type -> its kernel-side form, 8 rows by 8 (SF_*_X8)
 _ERRORS = {-1: "unsupported type", -2: "bad shape", -3: "NULL pointer", -4: "out of memory"}

@@ -120,6 +120,41 @@ _Static_assert(sizeof(sf_act_32) == 36, "32 activation block is 36 bytes");
 /* Activation blocks whose amax is below this are all zero (d = 0): 1/d must stay finite. */
 #define SF_ACT_TINY 1e-30f
 
+/* The scale of an activation block of n values from its amax, with the reference's edge
+ * cases (ref.c ref_quant_block): a NaN or an infinity in the block (`bad`, or amax
+ * infinite) gives d = NaN, a tiny block d = 0, both with q = 0, and returns 0 (nothing left
+ * to do); otherwise d = amax / 127, *id = 1 / d, and returns 1 (the caller rounds x * id). */
+static inline int sf_act_scale(float amax, int bad, int n, int8_t *q, float *d, float *id) {
+    if (bad || amax == __builtin_inff() || amax < SF_ACT_TINY) {
+        memset(q, 0, (size_t)n);
+        *d = amax < SF_ACT_TINY && !bad ? 0.0f : __builtin_nanf("");
+        return 0;
+    }
+    *d = amax / 127.0f;
+    *id = 1.0f / *d;
+    return 1;
+}
+
+/* A variant's two activation quantizers around its block quantizer BLOCK(x, n, q) -> d:
+ * K/256 sf_act_k blocks (with the sums of each run of 16 values) or K/32 sf_act_32 blocks. */
+#define SF_QUANT_ROWS(QUANT_K, QUANT_32, BLOCK)                                                 \
+    static void QUANT_K(const float *x, int64_t K, void *out) {                                 \
+        sf_act_k *b = out;                                                                      \
+        for (int64_t i = 0; i < K / SF_QKK; i++, x += SF_QKK) {                                 \
+            memset(&b[i], 0, sizeof b[i]);                                                      \
+            b[i].d = BLOCK(x, SF_QKK, b[i].qs);                                                 \
+            for (int j = 0; j < 16; j++) {                                                      \
+                int s = 0;                                                                      \
+                for (int l = 0; l < 16; l++) s += b[i].qs[16 * j + l];                          \
+                b[i].bsums[j] = (int16_t)s;                                                     \
+            }                                                                                   \
+        }                                                                                       \
+    }                                                                                           \
+    static void QUANT_32(const float *x, int64_t K, void *out) {                                \
+        sf_act_32 *b = out;                                                                     \
+        for (int64_t i = 0; i < K / SF_QK32; i++, x += SF_QK32) b[i].d = BLOCK(x, SF_QK32, b[i].qs); \
+    }
+
 /* ---- shared scalar steps ---- */
 
 static inline uint16_t sf_u16(const void *p) {
@@ -229,6 +264,16 @@ extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */
 extern const struct sf_kernels sf_kernels_avx2;     /* avx2.c */
 extern const struct sf_kernels sf_kernels_avx512;   /* avx512.c */
 #endif
+#if defined(__aarch64__)
+extern const struct sf_kernels sf_kernels_neon;     /* neon.c */
+#endif
+/* The reference's plain-layout products (ref.c), for variants that vectorise only the
+ * repacked layouts. */
+void sf_ref_rows_q8_0(const uint8_t *, size_t, int64_t, const uint8_t *, size_t, int64_t, int64_t, float *, int64_t);
+void sf_ref_rows_q5_0(const uint8_t *, size_t, int64_t, const uint8_t *, size_t, int64_t, int64_t, float *, int64_t);
+void sf_ref_rows_q4_0(const uint8_t *, size_t, int64_t, const uint8_t *, size_t, int64_t, int64_t, float *, int64_t);
+void sf_ref_rows_q4_K(const uint8_t *, size_t, int64_t, const uint8_t *, size_t, int64_t, int64_t, float *, int64_t);
+void sf_ref_rows_q6_K(const uint8_t *, size_t, int64_t, const uint8_t *, size_t, int64_t, int64_t, float *, int64_t);
 
 /* 8 Q4_K rows of nb super-blocks (row n at src + n * nb blocks) -> one x8 group. */
 static inline void sf_repack_q4_K_x8(const sf_block_q4_K *src, int64_t nb, sf_block_q4_K_x8 *dst) {

@@ -11,6 +11,10 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 #include "specfill_kernels.h"
 
@@ -21,6 +25,9 @@ static const struct sf_kernels *const variants[SF_NVARIANTS] = {
 #if defined(__x86_64__)
     [SF_AVX2] = &sf_kernels_avx2,
     [SF_AVX512] = &sf_kernels_avx512,
+#endif
+#if defined(__aarch64__)
+    [SF_NEON] = &sf_kernels_neon,
 #endif
 };
 
@@ -42,8 +49,8 @@ static int cpu_runs(int v) {
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 #endif
 #if defined(__aarch64__)
-    case SF_NEON:
-        return 1;  /* Advanced SIMD is part of AArch64 */
+    case SF_NEON:  /* Advanced SIMD is part of AArch64; the dot-product extension is not */
+        return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
 #endif
     default:
         return 0;

@@ -23,37 +23,13 @@ static float ref_quant_block(const float *x, int n, int8_t *q) {
         if (a != a) bad = 1;
         else if (a > amax) amax = a;
     }
-    if (bad || amax == INFINITY) {
-        memset(q, 0, (size_t)n);
-        return NAN;
-    }
-    if (amax < SF_ACT_TINY) {
-        memset(q, 0, (size_t)n);
-        return 0.0f;
-    }
-    const float d = amax / 127.0f;
-    const float id = 1.0f / d;
+    float d, id;
+    if (!sf_act_scale(amax, bad, n, q, &d, &id)) return d;
     for (int i = 0; i < n; i++) q[i] = (int8_t)nearbyintf(x[i] * id);
     return d;
 }
 
-static void ref_quant_k(const float *x, int64_t K, void *out) {
-    sf_act_k *b = out;
-    for (int64_t i = 0; i < K / SF_QKK; i++, x += SF_QKK) {
-        memset(&b[i], 0, sizeof b[i]);
-        b[i].d = ref_quant_block(x, SF_QKK, b[i].qs);
-        for (int j = 0; j < 16; j++) {
-            int s = 0;
-            for (int l = 0; l < 16; l++) s += b[i].qs[16 * j + l];
-            b[i].bsums[j] = (int16_t)s;
-        }
-    }
-}
-
-static void ref_quant_32(const float *x, int64_t K, void *out) {
-    sf_act_32 *b = out;
-    for (int64_t i = 0; i < K / SF_QK32; i++, x += SF_QK32) b[i].d = ref_quant_block(x, SF_QK32, b[i].qs);
-}
+SF_QUANT_ROWS(ref_quant_k, ref_quant_32, ref_quant_block)
 
 /* ---- the integer value of weight v in a block ---- */
 
@@ -146,21 +122,22 @@ static float dot_q6_K(const uint8_t *w, const sf_act_k *x, int64_t nb) {
     return sf_lanes8_sum(lanes);
 }
 
-/* ---- the row loops: n, then m (the weight row stays in L1 for every activation row) ---- */
+/* ---- the row loops: n, then m (the weight row stays in L1 for every activation row); the
+ * plain layouts' are shared with variants that vectorise only the repacked ones (neon.c) ---- */
 
 #define REF_ROWS(NAME, DOT, ACT, QK)                                                        \
-    static void NAME(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,        \
-                     size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {             \
+    void NAME(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq,               \
+              size_t xrb, int64_t M, int64_t K, float *y, int64_t ldy) {                    \
         for (int64_t r = 0; r < nrows; r++)                                                 \
             for (int64_t m = 0; m < M; m++)                                                 \
                 y[m * ldy + r] = DOT(w + r * wrb, (const ACT *)(xq + m * xrb), K / (QK));   \
     }
 
-REF_ROWS(rows_q8_0, dot_q8_0, sf_act_32, SF_QK32)
-REF_ROWS(rows_q5_0, dot_q5_0, sf_act_32, SF_QK32)
-REF_ROWS(rows_q4_0, dot_q4_0, sf_act_32, SF_QK32)
-REF_ROWS(rows_q4_K, dot_q4_K, sf_act_k, SF_QKK)
-REF_ROWS(rows_q6_K, dot_q6_K, sf_act_k, SF_QKK)
+REF_ROWS(sf_ref_rows_q8_0, dot_q8_0, sf_act_32, SF_QK32)
+REF_ROWS(sf_ref_rows_q5_0, dot_q5_0, sf_act_32, SF_QK32)
+REF_ROWS(sf_ref_rows_q4_0, dot_q4_0, sf_act_32, SF_QK32)
+REF_ROWS(sf_ref_rows_q4_K, dot_q4_K, sf_act_k, SF_QKK)
+REF_ROWS(sf_ref_rows_q6_K, dot_q6_K, sf_act_k, SF_QKK)
 
 /* The x8 forms: every block back to its plain form, then the plain reference's own steps,
  * so the x8 kernels are held to exactly the plain rows' results. */
@@ -192,11 +169,11 @@ const struct sf_kernels sf_kernels_scalar = {
     .name = "scalar",
     .quant_k = ref_quant_k,
     .quant_32 = ref_quant_32,
-    .q8_0 = rows_q8_0,
-    .q5_0 = rows_q5_0,
-    .q4_0 = rows_q4_0,
-    .q4_K = rows_q4_K,
-    .q6_K = rows_q6_K,
+    .q8_0 = sf_ref_rows_q8_0,
+    .q5_0 = sf_ref_rows_q5_0,
+    .q4_0 = sf_ref_rows_q4_0,
+    .q4_K = sf_ref_rows_q4_K,
+    .q6_K = sf_ref_rows_q6_K,
     .q8_0_x8 = rows_q8_0_x8,
     .q5_0_x8 = rows_q5_0_x8,
     .q4_K_x8 = rows_q4_K_x8,

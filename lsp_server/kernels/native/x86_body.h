@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "layer_body.h"
+#include "rows_x8.h"
 
 /* sum += <16-bit pairs of p, 16-bit pairs of s> per int32 lane (madd, then add) */
 #if SF_X86_VNNI
@@ -51,16 +52,8 @@ static float quant_block(const float *x, int n, int8_t *q) {
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
     const float amax = _mm_cvtss_f32(m);  /* a max is exact in any order */
-    if (_mm256_movemask_ps(vnan) || amax == __builtin_inff()) {
-        memset(q, 0, (size_t)n);
-        return __builtin_nanf("");
-    }
-    if (amax < SF_ACT_TINY) {
-        memset(q, 0, (size_t)n);
-        return 0.0f;
-    }
-    const float d = amax / 127.0f;
-    const float id = 1.0f / d;
+    float d, id;
+    if (!sf_act_scale(amax, _mm256_movemask_ps(vnan) != 0, n, q, &d, &id)) return d;
     const __m256 vid = _mm256_set1_ps(id);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int i = 0; i < n; i += 32) {
@@ -75,23 +68,7 @@ static float quant_block(const float *x, int n, int8_t *q) {
     return d;
 }
 
-static void quant_k(const float *x, int64_t K, void *out) {
-    sf_act_k *b = out;
-    for (int64_t i = 0; i < K / SF_QKK; i++, x += SF_QKK) {
-        memset(&b[i], 0, sizeof b[i]);
-        b[i].d = quant_block(x, SF_QKK, b[i].qs);
-        for (int j = 0; j < 16; j++) {
-            int s = 0;
-            for (int l = 0; l < 16; l++) s += b[i].qs[16 * j + l];
-            b[i].bsums[j] = (int16_t)s;
-        }
-    }
-}
-
-static void quant_32(const float *x, int64_t K, void *out) {
-    sf_act_32 *b = out;
-    for (int64_t i = 0; i < K / SF_QK32; i++, x += SF_QK32) b[i].d = quant_block(x, SF_QK32, b[i].qs);
-}
+SF_QUANT_ROWS(quant_k, quant_32, quant_block)
 
 /* ---- Q8_0 / Q5_0 / Q4_0: 32 signed weights of one block in a register ---- */
 
@@ -480,24 +457,8 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
 #endif
 #define SF_X8_R(n) ((n) < SF_X8_RMAX ? (n) : SF_X8_RMAX)
 
-#define ROWS_X8(NAME, DOT, GROUP, ACT, QK)                                                     \
-    static void NAME(const uint8_t *w, size_t wrb, int64_t nrows, const uint8_t *xq, size_t xrb, \
-                     int64_t M, int64_t K, float *y, int64_t ldy) {                              \
-        const int64_t nb = K / (QK);                                                             \
-        for (int64_t r = 0; r < nrows; r += 8) {                                                 \
-            const GROUP *group = (const GROUP *)(w + r * wrb);                                   \
-            const ACT *x[SF_X86_RMAX];                                                           \
-            float out[SF_X86_RMAX][8];                                                           \
-            for (int64_t m = 0; m < M;) {                                                        \
-                const int R = M - m >= SF_X8_RMAX ? SF_X8_RMAX : (int)(M - m);                   \
-                for (int k = 0; k < R; k++) x[k] = (const ACT *)(xq + (m + k) * xrb);            \
-                SF_DOT_R(DOT, SF_X8_R, group, x, R, nb, out)                                     \
-                for (int k = 0; k < R; k++)                                                      \
-                    for (int n = 0; n < 8; n++) y[(m + k) * ldy + r + n] = out[k][n];            \
-                m += R;                                                                          \
-            }                                                                                    \
-        }                                                                                        \
-    }
+#define SF_X8_SWITCH(DOT, group, x, R, nb, out) SF_DOT_R(DOT, SF_X8_R, group, x, R, nb, out)
+#define ROWS_X8(NAME, DOT, GROUP, ACT, QK) SF_ROWS_X8(NAME, DOT, SF_X8_SWITCH, GROUP, ACT, QK, SF_X8_RMAX)
 
 ROWS_X8(rows_q4_K_x8, dot_q4_K_x8_rows, sf_block_q4_K_x8, sf_act_k, SF_QKK)
 

@@ -90,7 +90,16 @@ local function accept_with(pick)
     local bufnr = api.nvim_get_current_buf()
     local result = suggestion.accept(bufnr, pick)
     vim.schedule(function()
-      M.warm(bufnr)
+      -- All of it taken: ask for the next suggestion now, not after the debounce (150 ms
+      -- against an answer the server has ready in a few ms: it recognises the accepted text
+      -- in the document and answers from the generation it precomputed for it). Part
+      -- taken: the rest stays shown; warm the spot.
+      if result and not suggestion.current(bufnr) and M.config.auto_trigger then
+        timer:stop() -- the accept's own TextChangedI may have started the debounce
+        M.trigger()
+      else
+        M.warm(bufnr)
+      end
     end)
     return result
   end
