@@ -122,8 +122,9 @@ export class Generation {
  * cancellation token: VS Code cancels its token on every re-trigger, which must not reach
  * the server. A request for a new position supersedes (and cancels) the older one, except
  * where the user typed what the ghost text shows: then the rest of the same generation is
- * the answer (the server would give exactly that, greedy), with no new request, so the ghost
- * text stays steady while it is typed through.
+ * the answer, with no new request (under greedy decoding the server would answer exactly
+ * that; at any temperature it is what the user is reading), so the ghost text stays steady
+ * while it is typed through.
  */
 export class StreamingCompletions implements vscode.Disposable {
   private readonly byUri = new Map<string, Generation>();
