@@ -227,54 +227,60 @@ static inline uint8x16_t q5_0_high(uint8x16_t qh, int c) {
     return vandq_u8(vtstq_u8(spread, vld1q_u8(bits)), vdupq_n_u8(0x10));
 }
 
-/* Q8_0 and Q5_0: one 32-value block per group step; weights as signed bytes (Q5_0: q - 16). */
-SF_ALWAYS_INLINE void dot_q8_0_x8_rows(const sf_block_q8_0_x8 *blk, const sf_act_32 *const *x, int R, int64_t nb,
-                                       float out[][8]) {
+/* Q8_0 and Q5_0: one 32-value block per group step, the weights as signed bytes (Q5_0:
+ * q - 16), sf_q32_term per block. */
+enum { SF_W_Q8_0, SF_W_Q5_0 };
+
+SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const *x, int R, int64_t nb,
+                                      float out[][8], int kind) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    const int8x16_t bias = vdupq_n_s8(16);
+    const size_t bsize = kind == SF_W_Q8_0 ? sizeof(sf_block_q8_0_x8) : sizeof(sf_block_q5_0_x8);
     f32x8 acc[SF_NEON_RMAX][8];
     zero_acc(acc, R);
     for (int64_t i = 0; i < nb; i++) {
-        const sf_block_q8_0_x8 *g = &blk[i];
+        const uint8_t *g = blk + (size_t)i * bsize;
         __builtin_prefetch((const char *)g + 1536);
         i32x8 sumi[SF_NEON_RMAX];
         for (int k = 0; k < R; k++) sumi[k] = i32x8_zero();
-        for (int q = 0; q < 8; q++) {
-            const int8x16_t w03 = vld1q_s8(g->qs[q]), w47 = vld1q_s8(g->qs[q] + 16);
-            for (int k = 0; k < R; k++) dot4(&sumi[k], w03, w47, x[k][i].qs + 4 * q);
+        if (kind == SF_W_Q8_0) {
+            const sf_block_q8_0_x8 *b8 = (const sf_block_q8_0_x8 *)g;
+            for (int q = 0; q < 8; q++) {
+                const int8x16_t w03 = vld1q_s8(b8->qs[q]), w47 = vld1q_s8(b8->qs[q] + 16);
+                for (int k = 0; k < R; k++) dot4(&sumi[k], w03, w47, x[k][i].qs + 4 * q);
+            }
+        } else {
+            const sf_block_q5_0_x8 *b5 = (const sf_block_q5_0_x8 *)g;
+            const uint8x16_t qh[2] = {vreinterpretq_u8_u32(vld1q_u32(b5->qh)), vreinterpretq_u8_u32(vld1q_u32(b5->qh + 4))};
+            for (int q = 0; q < 4; q++) {  /* quads q (low nibbles) and q + 4 (high) */
+                int8x16_t lo[2], hi[2];
+                for (int h = 0; h < 2; h++) {
+                    const uint8x16_t P = vld1q_u8(b5->qs[q] + 16 * h);
+                    lo[h] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(P, m4), q5_0_high(qh[h], q))), bias);
+                    hi[h] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(P, 4), q5_0_high(qh[h], q + 4))), bias);
+                }
+                for (int k = 0; k < R; k++) {
+                    dot4(&sumi[k], lo[0], lo[1], x[k][i].qs + 4 * q);
+                    dot4(&sumi[k], hi[0], hi[1], x[k][i].qs + 16 + 4 * q);
+                }
+            }
         }
-        const f32x8 d = fp16x8(g->d);
+        uint16_t dh[8];
+        memcpy(dh, g, sizeof dh);  /* d[8] leads both layouts */
+        const f32x8 d = fp16x8(dh);
         for (int k = 0; k < R; k++) add_term(&acc[k][i % 8], d, x[k][i].d, sumi[k]);
     }
     fold_lanes(acc, R, out);
 }
 
+SF_ALWAYS_INLINE void dot_q8_0_x8_rows(const sf_block_q8_0_x8 *blk, const sf_act_32 *const *x, int R, int64_t nb,
+                                       float out[][8]) {
+    dot_q32_x8_rows((const uint8_t *)blk, x, R, nb, out, SF_W_Q8_0);
+}
+
 SF_ALWAYS_INLINE void dot_q5_0_x8_rows(const sf_block_q5_0_x8 *blk, const sf_act_32 *const *x, int R, int64_t nb,
                                        float out[][8]) {
-    const uint8x16_t m4 = vdupq_n_u8(0x0f);
-    const int8x16_t bias = vdupq_n_s8(16);
-    f32x8 acc[SF_NEON_RMAX][8];
-    zero_acc(acc, R);
-    for (int64_t i = 0; i < nb; i++) {
-        const sf_block_q5_0_x8 *g = &blk[i];
-        __builtin_prefetch((const char *)g + 1536);
-        const uint8x16_t qh[2] = {vreinterpretq_u8_u32(vld1q_u32(g->qh)), vreinterpretq_u8_u32(vld1q_u32(g->qh + 4))};
-        i32x8 sumi[SF_NEON_RMAX];
-        for (int k = 0; k < R; k++) sumi[k] = i32x8_zero();
-        for (int q = 0; q < 4; q++) {  /* quads q (low nibbles) and q + 4 (high) */
-            int8x16_t lo[2], hi[2];
-            for (int h = 0; h < 2; h++) {
-                const uint8x16_t P = vld1q_u8(g->qs[q] + 16 * h);
-                lo[h] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(P, m4), q5_0_high(qh[h], q))), bias);
-                hi[h] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(P, 4), q5_0_high(qh[h], q + 4))), bias);
-            }
-            for (int k = 0; k < R; k++) {
-                dot4(&sumi[k], lo[0], lo[1], x[k][i].qs + 4 * q);
-                dot4(&sumi[k], hi[0], hi[1], x[k][i].qs + 16 + 4 * q);
-            }
-        }
-        const f32x8 d = fp16x8(g->d);
-        for (int k = 0; k < R; k++) add_term(&acc[k][i % 8], d, x[k][i].d, sumi[k]);
-    }
-    fold_lanes(acc, R, out);
+    dot_q32_x8_rows((const uint8_t *)blk, x, R, nb, out, SF_W_Q5_0);
 }
 
 /* R as a constant in each case, so the loops over R unroll into registers. */
