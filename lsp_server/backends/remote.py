@@ -117,12 +117,16 @@ class RemoteBackend:
         finally:
             self.active -= 1
 
+    def text_for(self, req: BackendRequest) -> str:
+        """The prompt this server is sent for `req`: the file alone once it refused the
+        repository-level layout (a prompt too long for it), else the full prompt."""
+        return req.plain_text if req.plain_text and not self.repo_layout else req.prompt_text
+
     async def _generate(self, req: BackendRequest, session: str) -> AsyncIterator[EngineEvent]:
         started = time.perf_counter()
         stats = Stats(stop_reason="")
         usage, text, raw, finished = Usage(), "", "", False
-        if req.plain_text and not self.repo_layout:
-            req = replace(req, prompt_text=req.plain_text, plain_text="")
+        req = replace(req, prompt_text=self.text_for(req), plain_text="")
         body = self.dialect.body(req, self.settings.model, session)
         self.cached_text = req.prompt_text  # what the slot will hold, however this ends
         try:

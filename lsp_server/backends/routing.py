@@ -132,7 +132,7 @@ class Router:
 
     async def _warm(self, backend: RemoteBackend, request: BackendRequest,
                     on_done: Callable[[WarmOutcome], None] | None) -> None:
-        text = request.plain_text if request.plain_text and not backend.repo_layout else request.prompt_text
+        text = backend.text_for(request)
         session = session_key(request.affinity)
         outcome = WarmOutcome("warm")
         try:

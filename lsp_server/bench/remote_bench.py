@@ -375,7 +375,7 @@ async def part_warm(args, source: str, uri: str, server: LlamaServerProcess) -> 
                              "evaluated_alone": base_n, "evaluated_during_warm": warm_n}
             # The step the request met, cold: the first step of that same warm (its prompt
             # shares nothing with the one the slot holds), and the server's time per token.
-            warm_text = prompts[1].prompt_text
+            warm_text = backend.text_for(prompts[1])
             await warm_fully(prompts[0])
             t0 = time.monotonic()
             await backend.warm_step(warm_text[:warm_cuts(warm_text)[0]], "bench")
