@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt setup.py $(wildcard lsp_serve
 
 setup: $(VENV)/.installed ## create .venv and install specfill with its dev dependencies
 
-models: setup ## fetch, verify and convert the default model pair (idempotent, ~1 s when done)
+models: setup ## fetch and verify the default model pair (idempotent, ~1 s when done; bf16 copies are made on first use)
 	$(SPECFILL) models fetch
 
 demo: models ## complete a real file through the LSP server on the default models

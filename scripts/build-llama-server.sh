@@ -22,8 +22,13 @@ VERSION="0.3.36"
 CACHE="${SPECFILL_CACHE:-$HOME/.cache/specfill}"
 ISA="${LLAMA_ISA:-native}"
 case "$ISA" in
+  # No AMX: this llama.cpp's AMX matmul (built wherever -march=native has amx-int8, as on
+  # Intel Sapphire Rapids) crashed llama-bench and llama-server with SIGSEGV in
+  # ggml_backend_amx_mul_mat on their first batch. GCC's explicit -mno-* wins over
+  # -march=native whatever their order.
   native) DEST="$CACHE/llama-server/$VERSION"; TARGETS="llama-server llama-bench"
-          ISA_FLAGS="-DGGML_NATIVE=ON" ;;
+          NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+          ISA_FLAGS="-DGGML_NATIVE=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" ;;
   avx2)   DEST="$CACHE/llama-server/$VERSION-avx2"; TARGETS="llama-bench"
           ISA_FLAGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
                      -DGGML_BMI2=ON -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF
@@ -38,7 +43,12 @@ fi
 
 log() { printf '\033[36m[llama-server]\033[0m %s\n' "$*"; }
 
+NO_AMX="${NO_AMX:-}"
+# What the build was made with: a cached build made otherwise (an older script's, with AMX)
+# is built again.
+STAMP="$ISA_FLAGS $NO_AMX"
 works() {
+  [ "$(cat "$DEST/build-flags" 2>/dev/null)" = "$STAMP" ] || return 1
   if [ "$ISA" = native ]; then LD_LIBRARY_PATH="$BIN" "$BIN/llama-server" --version >/dev/null 2>&1
   else LD_LIBRARY_PATH="$BIN" "$BIN/llama-bench" --help >/dev/null 2>&1; fi
 }
@@ -72,6 +82,7 @@ log "building $TARGETS for $ISA (about 8 min on 2 cores, -j$JOBS, nice 19)"
 start=$(date +%s)
 nice -n 19 cmake -S "$SRC" -B "$WORK/build" -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
   -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $ISA_FLAGS \
+  -DCMAKE_C_FLAGS="$NO_AMX" -DCMAKE_CXX_FLAGS="$NO_AMX" \
   -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 || { tail -40 "$WORK/cmake.log" >&2; exit 1; }
 nice -n 19 cmake --build "$WORK/build" -j"$JOBS" --target $TARGETS \
   >"$WORK/build.log" 2>&1 || { tail -60 "$WORK/build.log" >&2; exit 1; }
@@ -81,6 +92,7 @@ nice -n 19 cmake --build "$WORK/build" -j"$JOBS" --target $TARGETS \
 STAGE="$DEST.new"
 rm -rf "$STAGE" && mkdir -p "$STAGE/bin"
 for t in $TARGETS; do cp -a "$WORK/build/bin/$t" "$STAGE/bin/"; done
+printf '%s' "$STAMP" > "$STAGE/build-flags"
 find "$WORK/build/bin" -maxdepth 1 -name '*.so*' -exec cp -a {} "$STAGE/bin/" \;
 rm -rf "$DEST" && mv "$STAGE" "$DEST"
 log "built in $(( $(date +%s) - start )) s"

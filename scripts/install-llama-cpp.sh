@@ -30,9 +30,13 @@ fi
 
 # LLAMA_CURL=OFF: no libcurl needed (models come from local files). The web UI is otherwise
 # fetched from the network at build time. Tests, examples, tools and the server are not
-# needed by the Python bindings and would double the build time.
+# needed by the Python bindings and would double the build time. No AMX: this llama.cpp's
+# AMX matmul crashes (SIGSEGV) where -march=native has it (scripts/build-llama-server.sh);
+# ggml builds it only under __AMX_INT8__, and one flag without spaces survives CMAKE_ARGS' splitting.
 export CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF}"
+-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF \
+-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+-DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8}"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 
 log "building llama-cpp-python $VERSION from source (about 9 min on 2 cores; CMAKE_ARGS=$CMAKE_ARGS)"

@@ -262,10 +262,17 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     from lsp_server.models.loader import load_pair
 
     m = config.model
-    for line in kernel_lines():
-        progress(line)
-    progress(f"loading {m.target} (target) and {m.draft} (draft)")
     quants = resolved_quants(m)
+    if all(q == NATIVE_QUANT for q in quants.values()):  # asked for, or auto's pick: only ours run
+        from lsp_server.kernels import cpu, native
+
+        progress(f"CPU: {cpu.describe()}")
+        progress(f"CPU kernels: specfill native {native.variant()} x {native.threads()} threads on the GGUF files' "
+                 "own blocks (rows independent)")
+    else:
+        for line in kernel_lines():
+            progress(line)
+    progress(f"loading {m.target} (target) and {m.draft} (draft)")
     pair = load_pair(m.target, m.draft, dtype=m.dtype, device=m.device, cache_dir=m.cacheDir or None,
                      native=(quants["target"] == NATIVE_QUANT, quants["draft"] == NATIVE_QUANT))
     native_models = all(q == NATIVE_QUANT for q in quants.values())

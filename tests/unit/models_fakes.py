@@ -87,3 +87,16 @@ class FakeConverter:
         (out_dir / "model.safetensors").write_bytes(hashlib.sha256(gguf.read_bytes()).digest() * 4)
         on_step("tokenizer")
         (out_dir / "tokenizer.json").write_text("{}")
+
+
+class FakeDescriber:
+    """Writes a config and a tokenizer file, like `fetch.describe_gguf`: no weights."""
+
+    calls: int = 0
+
+    def __call__(self, gguf: Path, out_dir: Path, on_step: Callable[[str], None]) -> None:
+        self.calls += 1
+        on_step("config")
+        (out_dir / "config.json").write_text('{"model_type": "fake"}')
+        on_step("tokenizer")
+        (out_dir / "tokenizer.json").write_text("{}")

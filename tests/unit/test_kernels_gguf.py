@@ -148,6 +148,21 @@ def test_gate_and_up_fuse_into_one_view_of_the_file(files):
     assert torch.equal(gate, mlp.gate_proj(x)) and torch.equal(up, mlp.up_proj(x))
 
 
+def test_fused_layers_hold_their_parts_rows_once(files):
+    model = load(files, "target")
+    layer = model.model.layers[0]
+    x = torch.randn(5, 128)
+    before = {name: getattr(layer.mlp, name)(x) for name in ("gate_proj", "up_proj")}
+    fuse_projections(model)
+    fused = layer.mlp._specfill_gate_up.module._weight
+    gate, up = layer.mlp.gate_proj._weight, layer.mlp.up_proj._weight
+    # the parts' kernel weights are row views of the fused one, not copies beside it
+    assert gate.weight.untyped_storage().data_ptr() == fused.weight.untyped_storage().data_ptr()
+    assert up.weight.data_ptr() == fused.weight.data_ptr() + gate.weight.numel()
+    for name, want in before.items():  # the same numbers as the parts' own copies gave
+        assert torch.equal(getattr(layer.mlp, name)(x), want)
+
+
 def test_greedy_speculation_between_gguf_models_is_the_targets_own_greedy_output(files):
     target, draft = load(files, "target"), load(files, "draft")
     for m in (target, draft):
@@ -173,6 +188,7 @@ def test_the_draft_head_is_a_prefix_view_of_the_files_rows(files):
     draft = load(files, "draft")
     head = draft_head(draft, common=64)
     assert head is not None and head.common.blocks.data_ptr() == draft.lm_head.blocks.data_ptr()
+    assert head.common._weight.weight.data_ptr() == draft.lm_head._weight.weight.data_ptr()  # no second copy
     head.focus([200, 201])
     hidden = torch.randn(2, 128)
     logits = head(hidden)

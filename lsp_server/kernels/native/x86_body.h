@@ -216,16 +216,23 @@ SF_ALWAYS_INLINE void store_lanes_sum(const __m256 *acc, int R, float *out) {
     }
 }
 
-/* The weights stream from DRAM once a step. The hardware prefetcher alone left them
- * arriving after the unpack needed them (a pass took compute time plus memory time), so
- * each block asks for the bytes SF_PREFETCH_BYTES ahead: past a row's end that is the next
- * row, which the same thread takes next (prefetches never fault). */
+/* The weights stream from DRAM once a step. With two or more activation rows a block's
+ * compute takes long enough that the hardware prefetcher alone left the next bytes arriving
+ * after the unpack needed them (a pass took compute time plus memory time), so such calls
+ * ask for the bytes SF_PREFETCH_BYTES ahead: past a row's end that is the next row, which
+ * the same thread takes next (prefetches never fault). One-row calls do not: there the
+ * hardware prefetcher keeps up, and the extra instructions made a pass slower (bench
+ * kernels, Intel Xeon, avx512, two runs each way: 5 rows 60.8 / 62.1 ms with the prefetch
+ * against 67.2 / 70.4 without; 1 row 52.5 / 50.9 against 46.6 / 48.3). __builtin_prefetch,
+ * not _mm_prefetch: GCC 12 dropped every _mm_prefetch of these loops as dead code (the
+ * objdump of the library had no prefetch instruction at all). */
 #ifndef SF_PREFETCH_BYTES
 #define SF_PREFETCH_BYTES 1536
 #endif
-static inline void prefetch_ahead(const void *blk, size_t bytes) {
+SF_ALWAYS_INLINE void prefetch_ahead(const void *blk, size_t bytes, int R) {
+    if (R < 2) return;  /* R is a constant where this is inlined: no test at run time */
     const char *p = (const char *)blk + SF_PREFETCH_BYTES;
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
 }
 
 /* Independent int32 accumulators per activation row, so that a block's eight multiply-adds
@@ -255,7 +262,7 @@ SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *co
         uint16_t dh[8] = {0}, mh[8] = {0};
         for (int b = 0; b < n; b++) {
             const sf_block_q4_K *blk = &row[i0 + b];
-            prefetch_ahead(blk, sizeof *blk);
+            prefetch_ahead(blk, sizeof *blk, R);
             __m256i sc, mn2, sum[SF_CHAINS_MAX][SF_X86_RMAX];
             q4k_scales16(blk->scales, &sc, &mn2);
             for (int a = 0; a < SF_CHAINS(R); a++)
@@ -385,7 +392,7 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const sf_block_q4_K_x8 *g = &blk[i];
-        prefetch_ahead(g, sizeof *g);
+        prefetch_ahead(g, sizeof *g, R);
         /* sf_q4k_scales on 8 rows at once: byte b of lane n = scale (or min) b of row n */
         const __m256i u0 = loadu(g->sc[0]), u1 = loadu(g->sc[1]), u2 = loadu(g->sc[2]);
         const __m256i sc03 = _mm256_and_si256(u0, m6), mn03 = _mm256_and_si256(u1, m6);
@@ -476,7 +483,7 @@ SF_ALWAYS_INLINE void dot_q6_K_x8_rows(const sf_block_q6_K_x8 *blk, const sf_act
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const sf_block_q6_K_x8 *g = &blk[i];
-        prefetch_ahead(g, sizeof *g);
+        prefetch_ahead(g, sizeof *g, R);
         __m256i sumi[SF_X86_RMAX];
         for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
         for (int gp = 0; gp < 4; gp++) {  /* sub-blocks gp, gp + 4, gp + 8, gp + 12 */
@@ -578,7 +585,7 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *g = blk + (size_t)i * bsize;
-        prefetch_ahead(g, bsize);
+        prefetch_ahead(g, bsize, R);
         __m256i sumi[SF_X86_RMAX];
         if (kind == SF_W_Q8_0) {
             const sf_block_q8_0_x8 *b8 = (const sf_block_q8_0_x8 *)g;
@@ -664,7 +671,7 @@ SF_ALWAYS_INLINE void dot_q6_K_rows(const sf_block_q6_K *row, const sf_act_k *co
         uint16_t dh[8] = {0};
         for (int b = 0; b < n; b++) {
             const sf_block_q6_K *blk = &row[i0 + b];
-            prefetch_ahead(blk, sizeof *blk);
+            prefetch_ahead(blk, sizeof *blk, R);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
             __m256i sum[SF_CHAINS_MAX][SF_X86_RMAX];
             for (int a = 0; a < SF_CHAINS(R); a++)
