@@ -32,14 +32,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target", help="target model (registry name, HF directory or .gguf)")
     p.add_argument("--draft", help="draft model")
     p.add_argument("--dtype", help="auto | bf16 | fp16 | fp32")
+    p.add_argument("--quant", help="both models' weights (model.quant, model.draftQuant): auto | gguf | w8a8 | ...")
     p.add_argument("--max-new-tokens", type=int, default=0, help="0 = the syntax policy's budget")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the models")
     return p.parse_args(argv)
 
 
 def server_options(args: argparse.Namespace) -> dict[str, Any]:
-    model = {k: v for k, v in (("target", args.target), ("draft", args.draft),
-                               ("dtype", args.dtype)) if v}
+    model = {k: v for k, v in (("target", args.target), ("draft", args.draft), ("dtype", args.dtype),
+                               ("quant", args.quant), ("draftQuant", args.quant)) if v}
     options: dict[str, Any] = {"model": model} if model else {}
     if args.max_new_tokens:
         options["maxNewTokens"] = args.max_new_tokens

@@ -169,3 +169,10 @@ def test_demo_runs_on_the_tiny_pair_and_shows_the_warm_cache(tiny_pair_dirs):
     assert len(prefilled) == 2
     first, second = (int(line.split("prefilled")[1].split()[0]) for line in prefilled)
     assert second < first
+
+
+def test_demo_quant_sets_both_models_weights():
+    from lsp_server.commands.demo import parse_args, server_options
+
+    assert server_options(parse_args(["--quant", "gguf"]))["model"] == {"quant": "gguf", "draftQuant": "gguf"}
+    assert "model" not in server_options(parse_args([]))  # the server's own defaults
