@@ -95,18 +95,23 @@ def resolve_quant(tag: str, role: str, device_type: str, dtype: Any, has_gguf: b
     return CPU_FALLBACK_QUANT[role] if dtype == torch.bfloat16 else "bf16"
 
 
-def kernel_lines() -> list[str]:
-    """Which CPU kernels `auto` picks here, and why: for the load log and `specfill doctor`."""
+def kernel_lines(native_only: bool = False) -> list[str]:
+    """Which CPU kernels `auto` picks here, and why: for the load log and `specfill doctor`.
+    `native_only`: both models run on the native kernels (asked for, or auto's pick), so
+    those are the kernels, and zentorch is not probed."""
     from lsp_server.kernels import cpu, native
     from lsp_server.kernels.w8a8 import status
 
     lines = [f"CPU: {cpu.describe()}"]
+    ours = (f"CPU kernels: specfill native {native.variant()} x {native.threads()} threads on the "
+            "GGUF files' own blocks (rows independent)")
+    if native_only:
+        return [*lines, ours]
     st = status()
     if st.usable:
         return [*lines, f"CPU kernels: {st.why} for steps, verifies and prefills"]
     if native_kernels_run():
-        return [*lines, f"CPU kernels: specfill native {native.variant()} x {native.threads()} threads on the "
-                        f"GGUF files' own blocks (rows independent); W8A8 unavailable: {st.why}"]
+        return [*lines, f"{ours}; W8A8 unavailable: {st.why}"]
     return [*lines, f"CPU kernels: torch int4 weight-only (verifies of at most {INT4_TARGET_MAX_K} draft tokens); "
                     f"native kernels unavailable: {native.why_unavailable() or 'this CPU runs only their scalar reference (no AVX2)'}; W8A8 unavailable: {st.why}"]
 
@@ -263,15 +268,8 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
 
     m = config.model
     quants = resolved_quants(m)
-    if all(q == NATIVE_QUANT for q in quants.values()):  # asked for, or auto's pick: only ours run
-        from lsp_server.kernels import cpu, native
-
-        progress(f"CPU: {cpu.describe()}")
-        progress(f"CPU kernels: specfill native {native.variant()} x {native.threads()} threads on the GGUF files' "
-                 "own blocks (rows independent)")
-    else:
-        for line in kernel_lines():
-            progress(line)
+    for line in kernel_lines(native_only=all(q == NATIVE_QUANT for q in quants.values())):
+        progress(line)
     progress(f"loading {m.target} (target) and {m.draft} (draft)")
     pair = load_pair(m.target, m.draft, dtype=m.dtype, device=m.device, cache_dir=m.cacheDir or None,
                      native=(quants["target"] == NATIVE_QUANT, quants["draft"] == NATIVE_QUANT))
