@@ -71,7 +71,7 @@ def time_passes(mats: list[Matrix], M: int, passes: int) -> float:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", default="1,2,3,5,9,13,16", help="activation row counts M")
-    parser.add_argument("--scalar-rows", default="1", help="row counts for the (slow) scalar reference")
+    parser.add_argument("--scalar-rows", default="1", help="row counts for the (slow) scalar reference; empty: skip it")
     parser.add_argument("--passes", type=int, default=5, help="timed passes per M (median)")
     parser.add_argument("--variants", default="", help="comma-separated; default: all this CPU runs")
     parser.add_argument("--threads", type=int, default=0, help="0 = the CPUs of the affinity mask")
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'variant':<8} {'M':>3} {'ms/pass':>9} {'x M=1':>7} {'GB/s':>6}")
     for variant in variants:
         native.set_variant(variant)
-        rows = [int(r) for r in (args.scalar_rows if variant == "scalar" else args.rows).split(",")]
+        rows = [int(r) for r in (args.scalar_rows if variant == "scalar" else args.rows).split(",") if r]
         passes = 1 if variant == "scalar" else args.passes
         base = None
         for M in rows:

@@ -100,8 +100,13 @@ class LiveCosts:
     37 ms at both; so a round of k = 1 looked like it saved ~10 ms a token and saved ~2,
     and the cold drafts it started never repaid their catch-up. A row count with too few
     live timings of its own is the load timing scaled by how far the live feeds of every
-    row count have run from theirs. Single-threaded: the engine's worker alone observes;
-    readers take `current`, replaced whole."""
+    row count have run from theirs; so are the draft step and its catch-up until they have
+    live timings. Why the draft too: a draft that is never run is never timed again, so a
+    draft step timed slow at load would keep speculation off for good. In one `bench engine`
+    run (native kernels, 2 cores of an Intel Xeon) the load timings came out twice the live
+    ones (one-row feed 109 against 55 ms live; draft step 47 ms, 20 ms in earlier runs), and
+    with the draft's 47 ms standing, all 40 prompts decoded without drafting. Single-threaded:
+    the engine's worker alone observes; readers take `current`, replaced whole."""
 
     def __init__(self, measured: RowCosts):
         self.measured = measured
@@ -138,8 +143,8 @@ class LiveCosts:
         target = tuple(
             statistics.median(self._feeds[r]) if len(self._feeds.get(r, ())) >= LIVE_MIN else t * scale
             for r, t in enumerate(m.target, 1))
-        draft = statistics.median(self._draft) if len(self._draft) >= LIVE_MIN else m.draft
-        prefill = statistics.median(self._prefill) if self._prefill else m.draft_prefill
+        draft = statistics.median(self._draft) if len(self._draft) >= LIVE_MIN else m.draft * scale
+        prefill = statistics.median(self._prefill) if self._prefill else m.draft_prefill * scale
         self.current = replace(m, target=target, draft=draft, draft_prefill=prefill)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from lsp_server.engine.controller import AcceptanceMemory, Controller
@@ -124,14 +126,35 @@ def test_live_costs_replace_the_load_timings_row_count_by_row_count() -> None:
     assert live.current.target[1] == 0.037
     live.observe_feed(9, 1.0)  # beyond the rows timed at load: ignored
     assert len(live.current.target) == 3
-    assert live.current.draft == measured.draft
+    # an untimed draft is scaled as the feeds ran from their load timings
+    scale = statistics.median([0.030 / 0.038] * (LIVE_MIN - 1) + [0.300 / 0.038] + [1.0] * LIVE_MIN)
+    assert live.current.draft == pytest.approx(measured.draft * scale)
+    assert live.current.draft_prefill == pytest.approx(measured.draft_prefill * scale)
     for _ in range(LIVE_MIN):
         live.observe_draft(4, 0.048)
     assert live.current.draft == pytest.approx(0.012)
     live.observe_catch_up(PREFILL_ROWS - 1, 1.0)  # a short feed costs more a token: not counted
-    assert live.current.draft_prefill == measured.draft_prefill
+    assert live.current.draft_prefill == pytest.approx(measured.draft_prefill * scale)
     live.observe_catch_up(400, 2.0)
     assert live.current.draft_prefill == 0.005
+
+
+def test_a_draft_timed_slow_at_load_is_scaled_with_the_live_feeds_so_drafting_can_resume() -> None:
+    from dataclasses import replace
+
+    from lsp_server.engine.costs import LIVE_MIN, LiveCosts, RowCosts, best_k
+
+    # load timings twice the live ones, as in a bench engine run on an Intel Xeon
+    measured = RowCosts(target=(0.109, 0.113, 0.150, 0.168, 0.123), draft=0.047)
+    live = LiveCosts(measured)
+    for _ in range(LIVE_MIN):  # plain steps and one-token verifies: the draft is not timed
+        live.observe_feed(1, 0.055)
+        live.observe_feed(2, 0.057)
+    scale = statistics.median([0.055 / 0.109, 0.057 / 0.113] * LIVE_MIN)
+    assert live.current.draft == pytest.approx(0.047 * scale)
+    assert best_k(live.current, 0.8) > 0
+    # the load's draft timing beside the live feeds would have kept drafting off
+    assert best_k(replace(live.current, draft=measured.draft), 0.8) == 0
 
 
 def test_acceptance_memory_keeps_the_median_of_recent_answer_lengths_per_context() -> None:

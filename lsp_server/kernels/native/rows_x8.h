@@ -15,7 +15,10 @@
             const ACT *x[RMAX];                                                                  \
             float out[RMAX][8];                                                                  \
             for (int64_t m = 0; m < M;) {                                                        \
-                const int R = M - m >= (RMAX) ? (RMAX) : (int)(M - m);                           \
+                /* rows split evenly over the passes: 9 = 5 + 4, not 8 + 1, whose one-row pass   \
+                 * re-unpacks every block for a single row */                                    \
+                const int64_t left = M - m, passes = (left + (RMAX) - 1) / (RMAX);               \
+                const int R = (int)((left + passes - 1) / passes);                               \
                 for (int k = 0; k < R; k++) x[k] = (const ACT *)(xq + (m + k) * xrb);            \
                 SWITCH(DOT, group, x, R, nb, out)                                                \
                 for (int k = 0; k < R; k++)                                                      \

@@ -304,16 +304,24 @@ SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *co
 /* a constant R for each case; CLAMP(n) caps n at the caller's row limit, so the cases above it
  * compile but never run */
 #define SF_R(n) ((n) < SF_X86_RMAX ? (n) : SF_X86_RMAX)
-#define SF_DOT_R(DOT, CLAMP, row, x, R, nb, out)                                               \
-    switch (R) {                                                                               \
-    case 1: DOT(row, x, 1, nb, out); break;                                                    \
-    case 2: DOT(row, x, CLAMP(2), nb, out); break;                                             \
-    case 3: DOT(row, x, CLAMP(3), nb, out); break;                                             \
-    case 4: DOT(row, x, CLAMP(4), nb, out); break;                                             \
-    case 5: DOT(row, x, CLAMP(5), nb, out); break;                                             \
-    case 6: DOT(row, x, CLAMP(6), nb, out); break;                                             \
-    case 7: DOT(row, x, CLAMP(7), nb, out); break;                                             \
-    default: DOT(row, x, CLAMP(8), nb, out); break;                                            \
+#define SF_DOT_R(DOT, CLAMP, row, x, R, nb, out)      \
+    switch (R) {                                      \
+    case 1: DOT(row, x, 1, nb, out); break;           \
+    case 2: DOT(row, x, CLAMP(2), nb, out); break;    \
+    case 3: DOT(row, x, CLAMP(3), nb, out); break;    \
+    case 4: DOT(row, x, CLAMP(4), nb, out); break;    \
+    case 5: DOT(row, x, CLAMP(5), nb, out); break;    \
+    case 6: DOT(row, x, CLAMP(6), nb, out); break;    \
+    case 7: DOT(row, x, CLAMP(7), nb, out); break;    \
+    case 8: DOT(row, x, CLAMP(8), nb, out); break;    \
+    case 9: DOT(row, x, CLAMP(9), nb, out); break;    \
+    case 10: DOT(row, x, CLAMP(10), nb, out); break;  \
+    case 11: DOT(row, x, CLAMP(11), nb, out); break;  \
+    case 12: DOT(row, x, CLAMP(12), nb, out); break;  \
+    case 13: DOT(row, x, CLAMP(13), nb, out); break;  \
+    case 14: DOT(row, x, CLAMP(14), nb, out); break;  \
+    case 15: DOT(row, x, CLAMP(15), nb, out); break;  \
+    default: DOT(row, x, CLAMP(16), nb, out); break;  \
     }
 
 #define ROWS_BY_R(NAME, DOT, BLOCK)                                                            \
@@ -335,6 +343,22 @@ SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *co
     }
 
 ROWS_BY_R(rows_q4_K, dot_q4_K_rows, sf_block_q4_K)
+
+/* Activation rows per pass over a group: SF_X8_RMAX for the 32-value types, SF_X8K_RMAX for
+ * the K-quants (avx512.c raises both). 6 on AVX2: one-off probe (AMD EPYC, one thread,
+ * 256 MB of Q4_K / Q6_K, K = 1536) against 4 and 8 rows. */
+#ifndef SF_X8_RMAX
+#define SF_X8_RMAX 6
+#endif
+#ifndef SF_X8K_RMAX
+#define SF_X8K_RMAX SF_X8_RMAX
+#endif
+#define SF_X8_R(n) ((n) < SF_X8_RMAX ? (n) : SF_X8_RMAX)
+#define SF_X8K_R(n) ((n) < SF_X8K_RMAX ? (n) : SF_X8K_RMAX)
+#define SF_X8_SWITCH(DOT, group, x, R, nb, out) SF_DOT_R(DOT, SF_X8_R, group, x, R, nb, out)
+#define SF_X8K_SWITCH(DOT, group, x, R, nb, out) SF_DOT_R(DOT, SF_X8K_R, group, x, R, nb, out)
+#define ROWS_X8(NAME, DOT, GROUP, ACT, QK) SF_ROWS_X8(NAME, DOT, SF_X8_SWITCH, GROUP, ACT, QK, SF_X8_RMAX)
+#define ROWS_X8K(NAME, DOT, GROUP, ACT, QK) SF_ROWS_X8(NAME, DOT, SF_X8K_SWITCH, GROUP, ACT, QK, SF_X8K_RMAX)
 
 /* ---- Q4_K repacked 8 rows by 8 (sf_block_q4_K_x8) ---- */
 
@@ -377,6 +401,96 @@ SF_ALWAYS_INLINE void add_quads(__m256i *alo, __m256i *ahi, __m256i lo, __m256i 
 #endif
 }
 
+#if SF_X86_VNNI
+/* ---- 512-bit integer work (the AVX-512 variant) ----
+ * A 64-byte load holds quads q and q + 1 of 8 rows; one vpermd puts row n's two quads in
+ * lanes 2n and 2n + 1, so the 8 activation bytes of those quads meet them as one 64-bit
+ * broadcast. A row's vpdpbusd count halves against 256 bits (the rearranging is per weight
+ * load, shared by the R rows). On Sapphire Rapids both widths issue two a cycle, so this
+ * doubles the multiply-add rate (a one-off probe on the Intel Xeon: 6.3 G zmm against 6.6 G
+ * ymm instructions a second on one core); Zen 4 splits a zmm in two, no loss there.
+ * Lane pairs are summed at the end of a super-block (pair_sum): integers, so no bit moves. */
+
+/* lane 2n and 2n + 1 <- lane n */
+static inline __m512i lane_pairs(__m256i v) {
+    return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7),
+                                    _mm512_castsi256_si512(v));
+}
+
+/* [quad q of rows 0..7 | quad q + 1 of rows 0..7] -> row n's quads q, q + 1 in lanes 2n, 2n + 1 */
+static inline __m512i interleave_quads(__m512i w) {
+    return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15), w);
+}
+
+/* lane n = s[2n] + s[2n + 1] */
+static inline __m256i pair_sum(__m512i s) {
+    return _mm512_cvtepi64_epi32(_mm512_add_epi32(s, _mm512_srli_epi64(s, 32)));
+}
+
+static inline __m512i bcast64(const void *p) {
+    int64_t v;
+    memcpy(&v, p, sizeof v);
+    return _mm512_set1_epi64(v);
+}
+
+/* in each 32-bit lane pair (even, odd): byte a of the even lane and byte b of the odd one,
+ * each as the int16 words (byte, byte) */
+#define PAIR_WORDS(a, b)                                                                       \
+    _mm512_set4_epi32(((12 + (b)) << 16) | (12 + (b)) | (int)0xff00ff00, ((8 + (a)) << 16) | (8 + (a)) | (int)0xff00ff00, \
+                      ((4 + (b)) << 16) | (4 + (b)) | (int)0xff00ff00, ((a) << 16) | (a) | (int)0xff00ff00)
+/* in each 32-bit lane, byte a of that lane as an int32 */
+#define LANE_BYTE32_Z(a) _mm512_set4_epi32((int)0xffffff00 | (12 + (a)), (int)0xffffff00 | (8 + (a)), \
+                                           (int)0xffffff00 | (4 + (a)), (int)0xffffff00 | (a))
+
+/* Q4_K x8, one super-block: sumi[k] lane n = sum_j sc_j <q_j, x_j> and summ[k] lane n =
+ * sum_j m_j bsum_j for weight row n, the integers of the 256-bit code. A lane gets 16
+ * values of a sub-block (4 x 4 x 15 x 127 = 30480 at most), so the scale multiplies it as an
+ * int16 word (vpdpwssd: multiply and add in one), not with the slower vpmulld. */
+SF_ALWAYS_INLINE void q4_K_x8_ints_zmm(const sf_block_q4_K_x8 *g, const sf_act_k *const *x, int R, int64_t i,
+                                       __m256i sc03, __m256i sc47, __m256i mn03, __m256i mn47,
+                                       __m256i *sumi, __m256i *summ) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i scz[2] = {lane_pairs(sc03), lane_pairs(sc47)};
+    __m512i sz[SF_X8K_RMAX];
+    for (int k = 0; k < R; k++) sz[k] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 8")
+    for (int p = 0; p < 4; p++) {  /* sub-blocks 2p (low nibbles) and 2p + 1 (high) */
+        /* the 4 loads of the pair held in registers while the rows pass, so that a row
+         * needs one register (its sum), not three: 16 rows fit the 32 registers */
+        __m512i lo[4], hi[4];
+        for (int q = 0; q < 4; q++) {
+            const __m512i W = interleave_quads(_mm512_loadu_si512(g->qs[8 * p + 2 * q]));
+            lo[q] = _mm512_and_si512(W, m4);
+            hi[q] = _mm512_and_si512(_mm512_srli_epi16(W, 4), m4);
+        }
+        const __m512i sc = scz[p / 2];
+        const __m512i slo = _mm512_shuffle_epi8(sc, LANE_BYTE32_Z((2 * p) % 4));
+        const __m512i shi = _mm512_shuffle_epi8(sc, LANE_BYTE32_Z((2 * p + 1) % 4));
+        for (int k = 0; k < R; k++) {
+            const int8_t *xq = x[k][i].qs + 64 * p;
+            __m512i alo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[0], bcast64(xq));
+            __m512i ahi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), hi[0], bcast64(xq + 32));
+            for (int q = 1; q < 4; q++) {
+                alo = _mm512_dpbusd_epi32(alo, lo[q], bcast64(xq + 8 * q));
+                ahi = _mm512_dpbusd_epi32(ahi, hi[q], bcast64(xq + 32 + 8 * q));
+            }
+            sz[k] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(sz[k], alo, slo), ahi, shi);
+        }
+    }
+    /* mins: lane 2n (m_2t, m_2t) . (bsum 4t, 4t + 1), lane 2n + 1 (m_2t+1, m_2t+1) . (bsum 4t + 2, 4t + 3) */
+    const __m512i mnz[2] = {lane_pairs(mn03), lane_pairs(mn47)};
+    const __m512i mt[4] = {_mm512_shuffle_epi8(mnz[0], PAIR_WORDS(0, 1)), _mm512_shuffle_epi8(mnz[0], PAIR_WORDS(2, 3)),
+                           _mm512_shuffle_epi8(mnz[1], PAIR_WORDS(0, 1)), _mm512_shuffle_epi8(mnz[1], PAIR_WORDS(2, 3))};
+    for (int k = 0; k < R; k++) {
+        const int16_t *bs = x[k][i].bsums;
+        __m512i m = _mm512_madd_epi16(mt[0], bcast64(bs));
+        for (int t = 1; t < 4; t++) m = _mm512_dpwssd_epi32(m, mt[t], bcast64(bs + 4 * t));
+        sumi[k] = pair_sum(sz[k]);
+        summ[k] = pair_sum(m);
+    }
+}
+#endif
+
 /* One lane per weight row: a 32-byte load holds 4 values of each of 8 rows, met by the same
  * 4 activation bytes in every lane. Sub-block j's sum for row n then builds up in lane n
  * (VNNI: vpdpbusd straight to int32, <= 32*15*127; AVX2: maddubs pairs added as int16,
@@ -387,7 +501,7 @@ SF_ALWAYS_INLINE void add_quads(__m256i *alo, __m256i *ahi, __m256i lo, __m256i 
 SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act_k *const *x, int R, int64_t nb,
                                        float out[][8]) {
     const __m256i m4 = _mm256_set1_epi8(0x0f), m6 = _mm256_set1_epi8(0x3f), top2 = _mm256_set1_epi8(0x30);
-    __m256 acc[SF_X86_RMAX][8];  /* [row k][lane i % 8], one float per weight row */
+    __m256 acc[SF_X8K_RMAX][8];  /* [row k][lane i % 8], one float per weight row */
     for (int k = 0; k < R; k++)
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
@@ -399,7 +513,10 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
         const __m256i sc47 = _mm256_or_si256(_mm256_and_si256(u2, m4), _mm256_and_si256(_mm256_srli_epi32(u0, 2), top2));
         const __m256i mn47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m4),
                                              _mm256_and_si256(_mm256_srli_epi32(u1, 2), top2));
-        __m256i sumi[SF_X86_RMAX], summ[SF_X86_RMAX];
+        __m256i sumi[SF_X8K_RMAX], summ[SF_X8K_RMAX];
+#if SF_X86_VNNI
+        q4_K_x8_ints_zmm(g, x, R, i, sc03, sc47, mn03, mn47, sumi, summ);
+#else
         for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
         /* Unrolled in full: GCC 12 otherwise copies each row's accumulators between
          * registers on every step of the loops (two moves per multiply-add) and builds the
@@ -409,7 +526,7 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
         _Pragma("GCC unroll 8")
         for (int p = 0; p < 4; p++) {  /* sub-blocks 2p (low nibbles) and 2p + 1 (high) */
             const __m256i sc = p < 2 ? sc03 : sc47;
-            __m256i alo[SF_X86_RMAX], ahi[SF_X86_RMAX];
+            __m256i alo[SF_X8K_RMAX], ahi[SF_X8K_RMAX];
             for (int k = 0; k < R; k++) alo[k] = ahi[k] = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int q = 0; q < 8; q++) {
@@ -421,17 +538,10 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
                 }
             }
             const int jl = (2 * p) % 4, jh = (2 * p + 1) % 4;  /* byte of sc03 / sc47 */
-#if SF_X86_VNNI
-            const __m256i slo = _mm256_shuffle_epi8(sc, LANE_BYTE32(jl)), shi = _mm256_shuffle_epi8(sc, LANE_BYTE32(jh));
-            for (int k = 0; k < R; k++)
-                sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(_mm256_mullo_epi32(alo[k], slo),
-                                                                     _mm256_mullo_epi32(ahi[k], shi)));
-#else
             const __m256i slo = _mm256_shuffle_epi8(sc, LANE_WORDS(jl, jl)), shi = _mm256_shuffle_epi8(sc, LANE_WORDS(jh, jh));
             for (int k = 0; k < R; k++)
                 sumi[k] = _mm256_add_epi32(sumi[k], _mm256_add_epi32(_mm256_madd_epi16(alo[k], slo),
                                                                      _mm256_madd_epi16(ahi[k], shi)));
-#endif
         }
         const __m256i m01 = _mm256_shuffle_epi8(mn03, LANE_WORDS(0, 1)), m23 = _mm256_shuffle_epi8(mn03, LANE_WORDS(2, 3));
         const __m256i m45 = _mm256_shuffle_epi8(mn47, LANE_WORDS(0, 1)), m67 = _mm256_shuffle_epi8(mn47, LANE_WORDS(2, 3));
@@ -445,6 +555,7 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
                 _mm256_add_epi32(_mm256_madd_epi16(m45, _mm256_permutevar8x32_epi32(pk, _mm256_set1_epi32(4))),
                                  _mm256_madd_epi16(m67, _mm256_permutevar8x32_epi32(pk, _mm256_set1_epi32(5)))));
         }
+#endif
         const __m256 d = fp16x8(g->d), dmin = fp16x8(g->dmin);
         for (int k = 0; k < R; k++) {
             /* sf_q4k_term, 8 rows: (d * xd) * (float) sumi - (dmin * xd) * (float) summ */
@@ -457,17 +568,7 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
     fold_lanes(acc, R, out);
 }
 
-/* Activation rows per pass over a group. 6 on both variants: one-off probe (AMD EPYC, one
- * thread, 256 MB of Q4_K / Q6_K, K = 1536) against 4 and 8 rows, the AVX2 build included. */
-#ifndef SF_X8_RMAX
-#define SF_X8_RMAX 6
-#endif
-#define SF_X8_R(n) ((n) < SF_X8_RMAX ? (n) : SF_X8_RMAX)
-
-#define SF_X8_SWITCH(DOT, group, x, R, nb, out) SF_DOT_R(DOT, SF_X8_R, group, x, R, nb, out)
-#define ROWS_X8(NAME, DOT, GROUP, ACT, QK) SF_ROWS_X8(NAME, DOT, SF_X8_SWITCH, GROUP, ACT, QK, SF_X8_RMAX)
-
-ROWS_X8(rows_q4_K_x8, dot_q4_K_x8_rows, sf_block_q4_K_x8, sf_act_k, SF_QKK)
+ROWS_X8K(rows_q4_K_x8, dot_q4_K_x8_rows, sf_block_q4_K_x8, sf_act_k, SF_QKK)
 
 /* ---- Q6_K repacked 8 rows by 8 (sf_block_q6_K_x8) ---- */
 
@@ -475,19 +576,66 @@ ROWS_X8(rows_q4_K_x8, dot_q4_K_x8_rows, sf_block_q4_K_x8, sf_act_k, SF_QKK)
  * v + 32 and v + 48 come out of two low-bit planes and one high-bit plane; sum_g s_g * <q_g - 32, x_g> is
  * sum_g s_g * <q_g, x_g> - 32 * sum_g s_g * bsum_g (q in 0..63: VNNI sums 16 values in
  * int32; AVX2 adds two maddubs results, <= 2*2*63*127 = 32004, as int16). */
+#if SF_X86_VNNI
+/* Q6_K x8, one super-block, 512 bits: si[k] lane n = sum_g s_g <q_g - 32, x_g> for weight
+ * row n. Quads v and v + 1 (of the same 16-value sub-block) go in lanes 2n, 2n + 1 as in
+ * q4_K_x8_ints_zmm; a lane's vpdpbusd (4 x 63 x 127 = 32004 at most) fits an int16 word, so
+ * vpdpwssd multiplies it by the scale and adds it in one step. */
+SF_ALWAYS_INLINE void q6_K_x8_ints_zmm(const sf_block_q6_K_x8 *g, const sf_act_k *const *x, int R, int64_t i,
+                                       __m256i *si) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m2 = _mm512_set1_epi8(0x30), low16 = _mm512_set1_epi32(0xffff);
+    __m512i sz[SF_X8K_RMAX];
+    for (int k = 0; k < R; k++) sz[k] = _mm512_setzero_si512();
+    for (int v = 0; v < 16; v += 2) {  /* quads v, v + 1 of planes t: sub-block v / 4 + 4t */
+#define SF_PLANES(j) _mm512_inserti64x4(_mm512_castsi256_si512(loadu(g->q[v][j])), loadu(g->q[v + 1][j]), 1)
+        const __m512i L0 = SF_PLANES(0), L1 = SF_PLANES(1), H = SF_PLANES(2);
+#undef SF_PLANES
+        __m512i q[4];
+        q[0] = _mm512_or_si512(_mm512_and_si512(L0, m4), _mm512_and_si512(_mm512_slli_epi16(H, 4), m2));
+        q[1] = _mm512_or_si512(_mm512_and_si512(L1, m4), _mm512_and_si512(_mm512_slli_epi16(H, 2), m2));
+        q[2] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L0, 4), m4), _mm512_and_si512(H, m2));
+        q[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L1, 4), m4), _mm512_and_si512(_mm512_srli_epi16(H, 2), m2));
+        for (int t = 0; t < 4; t++) {
+            const __m512i qt = interleave_quads(q[t]);
+            /* (s_n, 0) words in lanes 2n and 2n + 1 */
+            const __m128i s8 = _mm_loadl_epi64((const __m128i *)g->scales[v / 4 + 4 * t]);
+            const __m512i sc = _mm512_and_si512(_mm512_cvtepi8_epi32(_mm_unpacklo_epi8(s8, s8)), low16);
+            for (int k = 0; k < R; k++) {
+                const __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), qt, bcast64(x[k][i].qs + 4 * (v + 16 * t)));
+                sz[k] = _mm512_dpwssd_epi32(sz[k], a, sc);
+            }
+        }
+    }
+    /* 32 * sum_g s_g bsum_g: lane 2n (s_gg, s_gg+1) . (bsum gg, gg + 1), lane 2n + 1 the same for gg + 2 */
+    const __m512i pick = _mm512_set_epi16(31, 23, 15, 7, 30, 22, 14, 6, 29, 21, 13, 5, 28, 20, 12, 4,
+                                          27, 19, 11, 3, 26, 18, 10, 2, 25, 17, 9, 1, 24, 16, 8, 0);
+    __m512i s[4];
+    for (int j = 0; j < 4; j++) s[j] = _mm512_permutexvar_epi16(pick, _mm512_cvtepi8_epi16(loadu(g->scales[4 * j])));
+    for (int k = 0; k < R; k++) {
+        __m512i c = _mm512_madd_epi16(s[0], bcast64(x[k][i].bsums));
+        for (int j = 1; j < 4; j++) c = _mm512_dpwssd_epi32(c, s[j], bcast64(x[k][i].bsums + 4 * j));
+        si[k] = pair_sum(_mm512_sub_epi32(sz[k], _mm512_slli_epi32(c, 5)));
+    }
+}
+#endif
+
 SF_ALWAYS_INLINE void dot_q6_K_x8_rows(const sf_block_q6_K_x8 *blk, const sf_act_k *const *x, int R, int64_t nb,
                                        float out[][8]) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
-    __m256 acc[SF_X86_RMAX][8];
+    __m256 acc[SF_X8K_RMAX][8];
     for (int k = 0; k < R; k++)
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const sf_block_q6_K_x8 *g = &blk[i];
         prefetch_ahead(g, sizeof *g, R);
-        __m256i sumi[SF_X86_RMAX];
+        __m256i si[SF_X8K_RMAX];
+#if SF_X86_VNNI
+        q6_K_x8_ints_zmm(g, x, R, i, si);
+#else
+        const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
+        __m256i sumi[SF_X8K_RMAX];
         for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
         for (int gp = 0; gp < 4; gp++) {  /* sub-blocks gp, gp + 4, gp + 8, gp + 12 */
-            __m256i a[4][SF_X86_RMAX];
+            __m256i a[4][SF_X8K_RMAX];
             for (int t = 0; t < 4; t++)
                 for (int k = 0; k < R; k++) a[t][k] = _mm256_setzero_si256();
             for (int v = 4 * gp; v < 4 * gp + 4; v++) {
@@ -499,15 +647,8 @@ SF_ALWAYS_INLINE void dot_q6_K_x8_rows(const sf_block_q6_K_x8 *blk, const sf_act
                 q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(L1, 4), m4),
                                        _mm256_and_si256(_mm256_srli_epi16(H, 2), m2));
                 for (int t = 0; t < 4; t++)
-                    for (int k = 0; k < R; k++) {
-                        const __m256i xb = bcast32(x[k][i].qs + 4 * (v + 16 * t));
-#if SF_X86_VNNI
-                        a[t][k] = _mm256_dpbusd_epi32(a[t][k], q[t], xb);
-#else
-                        a[t][k] = _mm256_add_epi16(a[t][k], _mm256_maddubs_epi16(q[t], xb));
-#endif
-                    }
-#if !SF_X86_VNNI
+                    for (int k = 0; k < R; k++)
+                        a[t][k] = _mm256_add_epi16(a[t][k], _mm256_maddubs_epi16(q[t], bcast32(x[k][i].qs + 4 * (v + 16 * t))));
                 if (v % 2 == 1) {  /* two quads in int16, then one madd per sub-block and row */
                     for (int t = 0; t < 4; t++) {
                         const __m256i s32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)g->scales[gp + 4 * t]));
@@ -518,17 +659,10 @@ SF_ALWAYS_INLINE void dot_q6_K_x8_rows(const sf_block_q6_K_x8 *blk, const sf_act
                         }
                     }
                 }
-#endif
             }
-#if SF_X86_VNNI
-            for (int t = 0; t < 4; t++) {
-                const __m256i s32 = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)g->scales[gp + 4 * t]));
-                for (int k = 0; k < R; k++) sumi[k] = _mm256_add_epi32(sumi[k], _mm256_mullo_epi32(a[t][k], s32));
-            }
-#endif
         }
         /* 32 * sum_g s_g * bsum_g: scale pairs (s_g, s_g+1) of each row as int16 words */
-        __m256i corr[SF_X86_RMAX];
+        __m256i corr[SF_X8K_RMAX];
         for (int k = 0; k < R; k++) corr[k] = _mm256_setzero_si256();
         for (int gg = 0; gg < 16; gg += 2) {
             const __m128i pair = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)g->scales[gg]),
@@ -540,18 +674,19 @@ SF_ALWAYS_INLINE void dot_q6_K_x8_rows(const sf_block_q6_K_x8 *blk, const sf_act
                 corr[k] = _mm256_add_epi32(corr[k], _mm256_madd_epi16(s, _mm256_set1_epi32(bs)));
             }
         }
+        for (int k = 0; k < R; k++) si[k] = _mm256_sub_epi32(sumi[k], _mm256_slli_epi32(corr[k], 5));
+#endif
         const __m256 d = fp16x8(g->d);
         for (int k = 0; k < R; k++) {
-            const __m256i si = _mm256_sub_epi32(sumi[k], _mm256_slli_epi32(corr[k], 5));
             /* sf_q6k_term, 8 rows: (d * xd) * (float) sumi */
-            const __m256 t = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[k][i].d)), _mm256_cvtepi32_ps(si));
+            const __m256 t = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x[k][i].d)), _mm256_cvtepi32_ps(si[k]));
             acc[k][i % 8] = _mm256_add_ps(acc[k][i % 8], t);
         }
     }
     fold_lanes(acc, R, out);
 }
 
-ROWS_X8(rows_q6_K_x8, dot_q6_K_x8_rows, sf_block_q6_K_x8, sf_act_k, SF_QKK)
+ROWS_X8K(rows_q6_K_x8, dot_q6_K_x8_rows, sf_block_q6_K_x8, sf_act_k, SF_QKK)
 
 /* ---- Q8_0 and Q5_0 repacked 8 rows by 8 ---- */
 
@@ -580,13 +715,13 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
                                       float out[][8], int kind) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const size_t bsize = kind == SF_W_Q8_0 ? sizeof(sf_block_q8_0_x8) : sizeof(sf_block_q5_0_x8);
-    __m256 acc[SF_X86_RMAX][8];
+    __m256 acc[SF_X8_RMAX][8];
     for (int k = 0; k < R; k++)
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *g = blk + (size_t)i * bsize;
         prefetch_ahead(g, bsize, R);
-        __m256i sumi[SF_X86_RMAX];
+        __m256i sumi[SF_X8_RMAX];
         if (kind == SF_W_Q8_0) {
             const sf_block_q8_0_x8 *b8 = (const sf_block_q8_0_x8 *)g;
             for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
@@ -609,7 +744,7 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
         } else {
             const sf_block_q5_0_x8 *b5 = (const sf_block_q5_0_x8 *)g;
             const __m256i qh = loadu(b5->qh);
-            __m256i alo[SF_X86_RMAX], ahi[SF_X86_RMAX];
+            __m256i alo[SF_X8_RMAX], ahi[SF_X8_RMAX];
             for (int k = 0; k < R; k++) alo[k] = ahi[k] = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int q = 0; q < 4; q++) {
