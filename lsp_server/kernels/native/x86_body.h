@@ -216,21 +216,20 @@ SF_ALWAYS_INLINE void store_lanes_sum(const __m256 *acc, int R, float *out) {
     }
 }
 
-/* The weights stream from DRAM once a step. With two or more activation rows a block's
- * compute takes long enough that the hardware prefetcher alone left the next bytes arriving
- * after the unpack needed them (a pass took compute time plus memory time), so such calls
- * ask for the bytes SF_PREFETCH_BYTES ahead: past a row's end that is the next row, which
- * the same thread takes next (prefetches never fault). One-row calls do not: there the
- * hardware prefetcher keeps up, and the extra instructions made a pass slower (bench
- * kernels, Intel Xeon, avx512, two runs each way: 5 rows 60.8 / 62.1 ms with the prefetch
- * against 67.2 / 70.4 without; 1 row 52.5 / 50.9 against 46.6 / 48.3). __builtin_prefetch,
- * not _mm_prefetch: GCC 12 dropped every _mm_prefetch of these loops as dead code (the
- * objdump of the library had no prefetch instruction at all). */
+/* The weights stream from DRAM once a step, and the hardware prefetcher alone left the next
+ * bytes arriving after the unpack needed them (a pass took compute time plus memory time),
+ * so every call asks for the bytes SF_PREFETCH_BYTES ahead: past a row's end that is the
+ * next row, which the same thread takes next (prefetches never fault). At one row too, since
+ * the unpacking went to 512-bit registers: bench kernels, Intel Xeon, avx512, two builds
+ * each way, one row 37.8 / 39.8 ms a pass with it against 45.7 / 46.1 without (before that
+ * change the one-row prefetch had cost time: 52.5 / 50.9 against 46.6 / 48.3), and the
+ * draft's one-row step 20.2 -> 17.8 ms. __builtin_prefetch, not _mm_prefetch: GCC 12
+ * dropped every _mm_prefetch of these loops as dead code (the objdump of the library had
+ * no prefetch instruction at all). */
 #ifndef SF_PREFETCH_BYTES
 #define SF_PREFETCH_BYTES 1536
 #endif
-SF_ALWAYS_INLINE void prefetch_ahead(const void *blk, size_t bytes, int R) {
-    if (R < 2) return;  /* R is a constant where this is inlined: no test at run time */
+SF_ALWAYS_INLINE void prefetch_ahead(const void *blk, size_t bytes) {
     const char *p = (const char *)blk + SF_PREFETCH_BYTES;
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
 }
@@ -262,7 +261,7 @@ SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *co
         uint16_t dh[8] = {0}, mh[8] = {0};
         for (int b = 0; b < n; b++) {
             const sf_block_q4_K *blk = &row[i0 + b];
-            prefetch_ahead(blk, sizeof *blk, R);
+            prefetch_ahead(blk, sizeof *blk);
             __m256i sc, mn2, sum[SF_CHAINS_MAX][SF_X86_RMAX];
             q4k_scales16(blk->scales, &sc, &mn2);
             for (int a = 0; a < SF_CHAINS(R); a++)
@@ -392,13 +391,8 @@ static inline __m256i bcast32(const int8_t *p) {
 /* One row's sums of two unsigned quads, lo against xq and hi against xq + hi_off: VNNI
  * straight to int32, AVX2 as int16 maddubs pairs (each caller bounds how many it adds). */
 SF_ALWAYS_INLINE void add_quads(__m256i *alo, __m256i *ahi, __m256i lo, __m256i hi, const int8_t *xq, int hi_off) {
-#if SF_X86_VNNI
-    *alo = _mm256_dpbusd_epi32(*alo, lo, bcast32(xq));
-    *ahi = _mm256_dpbusd_epi32(*ahi, hi, bcast32(xq + hi_off));
-#else
     *alo = _mm256_add_epi16(*alo, _mm256_maddubs_epi16(lo, bcast32(xq)));
     *ahi = _mm256_add_epi16(*ahi, _mm256_maddubs_epi16(hi, bcast32(xq + hi_off)));
-#endif
 }
 
 #if SF_X86_VNNI
@@ -493,8 +487,8 @@ SF_ALWAYS_INLINE void q4_K_x8_ints_zmm(const sf_block_q4_K_x8 *g, const sf_act_k
 
 /* One lane per weight row: a 32-byte load holds 4 values of each of 8 rows, met by the same
  * 4 activation bytes in every lane. Sub-block j's sum for row n then builds up in lane n
- * (VNNI: vpdpbusd straight to int32, <= 32*15*127; AVX2: maddubs pairs added as int16,
- * <= 8*2*15*127 = 30480), and its scale multiplies once per 8 rows. The mins term
+ * (AVX2: maddubs pairs added as int16, <= 8*2*15*127 = 30480; AVX-512: 64-byte loads,
+ * q4_K_x8_ints_zmm), and its scale multiplies once per 8 rows. The mins term
  * sum_j m_j * bsum_j comes from int16 pairs (m_2p, m_2p+1) . (bsum_2p, bsum_2p+1).
  * Integers are exact and each lane's float steps are sf_q4k_term's, so row n of a group
  * gives the bits of the plain Q4_K kernels and the reference. */
@@ -506,7 +500,7 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const sf_block_q4_K_x8 *g = &blk[i];
-        prefetch_ahead(g, sizeof *g, R);
+        prefetch_ahead(g, sizeof *g);
         /* sf_q4k_scales on 8 rows at once: byte b of lane n = scale (or min) b of row n */
         const __m256i u0 = loadu(g->sc[0]), u1 = loadu(g->sc[1]), u2 = loadu(g->sc[2]);
         const __m256i sc03 = _mm256_and_si256(u0, m6), mn03 = _mm256_and_si256(u1, m6);
@@ -626,7 +620,7 @@ SF_ALWAYS_INLINE void dot_q6_K_x8_rows(const sf_block_q6_K_x8 *blk, const sf_act
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const sf_block_q6_K_x8 *g = &blk[i];
-        prefetch_ahead(g, sizeof *g, R);
+        prefetch_ahead(g, sizeof *g);
         __m256i si[SF_X8K_RMAX];
 #if SF_X86_VNNI
         q6_K_x8_ints_zmm(g, x, R, i, si);
@@ -711,36 +705,77 @@ static inline __m256i q5_0_high(__m256i qh, int c) {
  * block. Q8_0: VNNI takes w + 128 as u8 and subtracts 128 * sum(x); AVX2 uses maddubs'
  * sign trick (|w| * (x * sign w), <= 2*128*127 per pair). Q5_0: q in 0..31, minus 16 * sum(x)
  * (AVX2: four quads of maddubs pairs as int16, <= 4*2*31*127 = 31496). */
+#if SF_X86_VNNI
+/* Q8_0 / Q5_0 x8, one block, 512 bits: sumi[k] lane n = <w_n, x_k> for weight row n. The
+ * weights go in unsigned (Q8_0 as w + 128, Q5_0 as q = w + 16), and the offset times the
+ * block's activation sum comes off through a vpdpbusd of the offset byte against the same
+ * activation quads (no horizontal sum a row and block). u[t] holds quads 2j, 2j + 1 of the
+ * 8 rows in lane pairs (interleave_quads) and meets activations 8t..8t+7: Q8_0 t = j; Q5_0's
+ * low nibbles t = j and high ones (values 16..31) t = 2 + j, whose fifth bits are byte t of
+ * each row's qh (bits 0..3 for the even lane's quad, 4..7 for the odd one's). One-row draft
+ * steps are most of what these run, and at one row the unpacking is the cost: 16 lanes a
+ * step halve it. */
+SF_ALWAYS_INLINE void q32_x8_ints_zmm(const uint8_t *g, const sf_act_32 *const *x, int R, int64_t i, int kind,
+                                      __m256i *sumi) {
+    __m512i u[4];
+    if (kind == SF_W_Q8_0) {
+        const sf_block_q8_0_x8 *b8 = (const sf_block_q8_0_x8 *)g;
+        for (int t = 0; t < 4; t++)
+            u[t] = _mm512_xor_si512(interleave_quads(_mm512_loadu_si512(b8->qs[2 * t])), _mm512_set1_epi8((char)0x80));
+    } else {
+        const sf_block_q5_0_x8 *b5 = (const sf_block_q5_0_x8 *)g;
+        const __m512i m4 = _mm512_set1_epi8(0x0f), bits = _mm512_set1_epi64((int64_t)0x8040201008040201ULL);
+        const __m512i qh = lane_pairs(loadu(b5->qh));
+        for (int j = 0; j < 2; j++) {
+            const __m512i W = interleave_quads(_mm512_loadu_si512(b5->qs[2 * j]));
+            u[j] = _mm512_and_si512(W, m4);
+            u[2 + j] = _mm512_and_si512(_mm512_srli_epi16(W, 4), m4);
+        }
+        for (int t = 0; t < 4; t++) {
+            const char a = (char)t, b = (char)(4 + t), c = (char)(8 + t), e = (char)(12 + t);
+            const __m512i spread = _mm512_shuffle_epi8(qh, _mm512_broadcast_i32x4(
+                _mm_setr_epi8(a, a, a, a, b, b, b, b, c, c, c, c, e, e, e, e)));
+            u[t] = _mm512_mask_add_epi8(u[t], _mm512_test_epi8_mask(spread, bits), u[t], _mm512_set1_epi8(0x10));
+        }
+    }
+    const __m512i offset = _mm512_set1_epi8(kind == SF_W_Q8_0 ? (char)0x80 : 0x10);
+    for (int k = 0; k < R; k++) {
+        __m512i s = _mm512_setzero_si512(), o = _mm512_setzero_si512();
+        for (int t = 0; t < 4; t++) {
+            const __m512i xb = bcast64(x[k][i].qs + 8 * t);
+            s = _mm512_dpbusd_epi32(s, u[t], xb);
+            o = _mm512_dpbusd_epi32(o, offset, xb);
+        }
+        sumi[k] = pair_sum(_mm512_sub_epi32(s, o));
+    }
+}
+#endif
+
 SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const *x, int R, int64_t nb,
                                       float out[][8], int kind) {
-    const __m256i m4 = _mm256_set1_epi8(0x0f);
     const size_t bsize = kind == SF_W_Q8_0 ? sizeof(sf_block_q8_0_x8) : sizeof(sf_block_q5_0_x8);
     __m256 acc[SF_X8_RMAX][8];
     for (int k = 0; k < R; k++)
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *g = blk + (size_t)i * bsize;
-        prefetch_ahead(g, bsize, R);
+        prefetch_ahead(g, bsize);
         __m256i sumi[SF_X8_RMAX];
+#if SF_X86_VNNI
+        q32_x8_ints_zmm(g, x, R, i, kind, sumi);
+#else
+        const __m256i m4 = _mm256_set1_epi8(0x0f);
         if (kind == SF_W_Q8_0) {
             const sf_block_q8_0_x8 *b8 = (const sf_block_q8_0_x8 *)g;
             for (int k = 0; k < R; k++) sumi[k] = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int q = 0; q < 8; q++) {
                 const __m256i W = loadu(b8->qs[q]);
-#if SF_X86_VNNI
-                const __m256i U = _mm256_xor_si256(W, _mm256_set1_epi8((char)0x80));  /* w + 128 */
-                for (int k = 0; k < R; k++) sumi[k] = _mm256_dpbusd_epi32(sumi[k], U, bcast32(x[k][i].qs + 4 * q));
-#else
                 const __m256i A = _mm256_abs_epi8(W);
                 for (int k = 0; k < R; k++)
                     sumi[k] = _mm256_add_epi32(sumi[k], _mm256_madd_epi16(
                         _mm256_maddubs_epi16(A, _mm256_sign_epi8(bcast32(x[k][i].qs + 4 * q), W)), _mm256_set1_epi16(1)));
-#endif
             }
-#if SF_X86_VNNI
-            for (int k = 0; k < R; k++) sumi[k] = _mm256_sub_epi32(sumi[k], _mm256_slli_epi32(act_sum32(x[k][i].qs), 7));
-#endif
         } else {
             const sf_block_q5_0_x8 *b5 = (const sf_block_q5_0_x8 *)g;
             const __m256i qh = loadu(b5->qh);
@@ -757,15 +792,12 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
                 }
             }
             for (int k = 0; k < R; k++) {
-#if SF_X86_VNNI
-                const __m256i s = _mm256_add_epi32(alo[k], ahi[k]);
-#else
                 const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(alo[k], _mm256_set1_epi16(1)),
                                                    _mm256_madd_epi16(ahi[k], _mm256_set1_epi16(1)));
-#endif
                 sumi[k] = _mm256_sub_epi32(s, _mm256_slli_epi32(act_sum32(x[k][i].qs), 4));
             }
         }
+#endif
         uint16_t dh[8];
         memcpy(dh, g, sizeof dh);  /* d[8] leads both layouts */
         const __m256 d = fp16x8(dh);
@@ -806,7 +838,7 @@ SF_ALWAYS_INLINE void dot_q6_K_rows(const sf_block_q6_K *row, const sf_act_k *co
         uint16_t dh[8] = {0};
         for (int b = 0; b < n; b++) {
             const sf_block_q6_K *blk = &row[i0 + b];
-            prefetch_ahead(blk, sizeof *blk, R);
+            prefetch_ahead(blk, sizeof *blk);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
             __m256i sum[SF_CHAINS_MAX][SF_X86_RMAX];
             for (int a = 0; a < SF_CHAINS(R); a++)
