@@ -30,8 +30,8 @@ class ModelConfig:
     # layers). gguf: the GGUF file's own blocks on specfill's native kernels (kernels/gguf.py).
     # The target's choice changes its outputs (speculation stays lossless against the
     # quantized target); the draft's only changes how often its guesses are accepted.
-    # auto: bf16 on CUDA; on CPU w8a8 on zentorch where it runs, else gguf where the native
-    # kernels are built and the model has a GGUF file, else int4-g32 (backends/local_runtime.py).
+    # auto: bf16 on CUDA; on CPU gguf where the native kernels run and the model has a GGUF
+    # file, else w8a8 on zentorch where it runs, else int4-g32 (backends/local_runtime.py).
     quant: str = "auto"
     draftQuant: str = "auto"
     cacheDir: str = ""  # "" = $SPECFILL_CACHE or ~/.cache/specfill
