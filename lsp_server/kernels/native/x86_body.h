@@ -365,10 +365,6 @@ ROWS_BY_R(rows_q4_K, dot_q4_K_rows, sf_block_q4_K)
 #define LANE_WORDS(a, b)                                                                       \
     _mm256_setr_epi8(a, -1, b, -1, 4 + (a), -1, 4 + (b), -1, 8 + (a), -1, 8 + (b), -1, 12 + (a), -1, 12 + (b), -1, \
                      a, -1, b, -1, 4 + (a), -1, 4 + (b), -1, 8 + (a), -1, 8 + (b), -1, 12 + (a), -1, 12 + (b), -1)
-/* in each 32-bit lane, byte a of that lane as an int32 */
-#define LANE_BYTE32(a)                                                                         \
-    _mm256_setr_epi8(a, -1, -1, -1, 4 + (a), -1, -1, -1, 8 + (a), -1, -1, -1, 12 + (a), -1, -1, -1, \
-                     a, -1, -1, -1, 4 + (a), -1, -1, -1, 8 + (a), -1, -1, -1, 12 + (a), -1, -1, -1)
 
 /* out[k][n] = sf_lanes8_sum over lanes b of acc[k][b][n]: the reference's fold, per row n */
 SF_ALWAYS_INLINE void fold_lanes(__m256 acc[][8], int R, float out[][8]) {
