@@ -184,7 +184,7 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         for i, layer in enumerate(inner.layers):
             if between_layers is not None:
                 between_layers()
-            x = native_layers.layer(layer, x, kv, i, past, cos, sin)
+            x = native_layers.layer(layer, x, kv, i, past, cos, sin, config)
         if between_layers is not None:  # the head costs about two layers (a 151,936-row matrix)
             between_layers()
         x = native_layers.norm(inner.norm, x if all_logits else x[-1:])

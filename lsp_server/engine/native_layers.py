@@ -1,13 +1,13 @@
-"""A decoder layer's steps around its products in specfill's native library, for decode
+"""A decoder layer in one call of specfill's native library (sf_layer_step), for decode
 steps and verifies of models whose matrices are all native (GGUF blocks).
 
-In torch, the norms, the rotary embedding, the KV writes, the attention and SiLU of a
-step are ~40 small ops a layer on torch's single thread (the pool's threads run the
-products): in a one-off profile (AMD EPYC, avx512_vnni, 2 cores) they took 19 of the
-58 ms of a 1.5B target step, and 12 of 29 ms of a 0.5B draft step. The library does
-them in four calls a layer (`kernels.native`: sf_rmsnorm, sf_attention, sf_silu_mul),
-each row by the same instructions whatever the row count, so a verify still equals the
-single steps bit for bit (tests/kernels/test_native_layer_ops.py, tests/unit/test_kernels_gguf.py).
+Why one call: in torch, the norms, the rotary embedding, the KV writes, the attention and
+SiLU of a step were ~40 small ops a layer on torch's single thread (in a one-off profile
+on an AMD EPYC, 19 of the 58 ms of a 1.5B target step). Done as separate library calls
+from Python they still cost ~130 us a layer between the calls (a probe on an Intel Xeon:
+~3 ms of a 23 ms 0.5B draft step). The library's layer step computes each row by the same
+instructions whatever the row count, so a verify still equals the single steps bit for bit
+(tests/kernels/test_native_layer_ops.py, tests/unit/test_kernels_gguf.py).
 
 Long feeds (prompts) keep the torch path of `lean_step`: there attention is most of the
 work, and SDPA's blocked kernels do it faster. Both paths compute the same model within
@@ -21,7 +21,6 @@ import torch
 
 from ..kernels import native
 from ..kernels.gguf import GGUFEmbedding, GGUFLinear
-from ..kernels.packed import linear
 
 FIT = "_specfill_native_layers"
 
@@ -42,7 +41,9 @@ def fit(model: torch.nn.Module) -> bool:
                  and all(isinstance(getattr(layer.mlp, name, None), GGUFLinear) for layer in layers
                          for name in ("gate_proj", "up_proj", "down_proj"))
                  and all(norm.weight.dtype == torch.float32 for layer in layers
-                         for norm in (layer.input_layernorm, layer.post_attention_layernorm)))
+                         for norm in (layer.input_layernorm, layer.post_attention_layernorm))
+                 and all(layer.input_layernorm.variance_epsilon == layer.post_attention_layernorm.variance_epsilon
+                         for layer in layers))
         setattr(model, FIT, known)
     return known
 
@@ -53,30 +54,43 @@ def norm(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return native.rmsnorm(x, module.weight, module.variance_epsilon, torch.empty_like(x))
 
 
-def _gate_up(mlp: torch.nn.Module, rows: int, h: torch.Tensor) -> torch.Tensor:
-    """[T, 2F] = [gate(h) | up(h)]: one product where the two are fused (a view of the file)."""
-    fused = getattr(mlp, "_specfill_gate_up", None)
-    if fused is not None and rows <= fused.max_rows:
-        return fused.module(h)
-    return torch.cat([linear(mlp.gate_proj, h), linear(mlp.up_proj, h)], dim=1)
+PLAN = "_specfill_native_layer"
+
+
+def _group(owner: torch.nn.Module, fused_name: str, names: tuple[str, ...]) -> tuple[list, torch.Tensor | None]:
+    """A group's matrices (its fused one where its parts fused: kernels.fuse) and its bias,
+    the parts' biases side by side (a missing one as zeros), or None where none has one."""
+    fused = getattr(owner, fused_name, None)
+    parts = [fused.module] if fused is not None else [getattr(owner, n) for n in names]
+    biases = [p.bias for p in parts]
+    if all(b is None for b in biases):
+        return [p._weight for p in parts], None
+    bias = torch.cat([torch.zeros(p.out_features) if b is None else b.float() for p, b in zip(parts, biases)])
+    return [p._weight for p in parts], bias.contiguous()
+
+
+def _plan(layer: torch.nn.Module, config) -> native.Layer:
+    """The layer as the library's one-call step, made once and kept on the layer."""
+    plan = getattr(layer, PLAN, None)
+    if plan is None:
+        attn, mlp = layer.self_attn, layer.mlp
+        qkv, qkv_bias = _group(attn, "_specfill_qkv", ("q_proj", "k_proj", "v_proj"))
+        gate_up, gate_up_bias = _group(mlp, "_specfill_gate_up", ("gate_proj", "up_proj"))
+        bias = [None if m.bias is None else m.bias.float().contiguous() for m in (attn.o_proj, mlp.down_proj)]
+        dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        plan = native.Layer(qkv, attn.o_proj._weight, gate_up, mlp.down_proj._weight,
+                            (qkv_bias, bias[0], gate_up_bias, bias[1]),
+                            (layer.input_layernorm.weight, layer.post_attention_layernorm.weight),
+                            layer.input_layernorm.variance_epsilon, config.num_attention_heads,
+                            config.num_key_value_heads, dim, attn.scaling)
+        setattr(layer, PLAN, plan)
+    return plan
 
 
 def layer(layer: torch.nn.Module, x: torch.Tensor, kv, i: int, past: int, cos: torch.Tensor,
-          sin: torch.Tensor) -> torch.Tensor:
-    """x [T, H] after decoder layer `layer` (index i) at positions past..past+T-1; writes
-    the layer's keys and values into kv (lean_step.StaticKV)."""
-    attn, mlp = layer.self_attn, layer.mlp
-    rows = x.shape[0]
-    h = norm(layer.input_layernorm, x)
-    qkv = getattr(attn, "_specfill_qkv", None)
-    if qkv is not None and rows <= qkv.max_rows:
-        q, k, v = qkv(h)  # row views of one [T, (H + 2 KV) D] buffer
-    else:  # block types differ (Q4_K_M files keep v in Q6_K in some layers)
-        q, k, v = linear(attn.q_proj, h), linear(attn.k_proj, h), linear(attn.v_proj, h)
-    out = native.attention(q, k, v, cos, sin, kv.keys[i], kv.values[i], past, attn.scaling,
-                           torch.empty(rows, q.shape[1]))
-    x = x + linear(attn.o_proj, out)
-    h = norm(layer.post_attention_layernorm, x)
-    act = native.silu_mul(_gate_up(mlp, rows, h), torch.empty(rows, mlp.down_proj.in_features))
-    x += linear(mlp.down_proj, act)
-    return x
+          sin: torch.Tensor, config) -> torch.Tensor:
+    """x [T, H] (contiguous fp32, updated in place) after decoder layer `layer` (index i) at
+    positions past..past+T-1; writes the layer's keys and values into kv (lean_step.StaticKV)."""
+    if kv.keys.dtype != torch.float32:
+        raise ValueError(f"the native layer step keeps its keys and values in fp32, not {kv.keys.dtype}")
+    return _plan(layer, config).step(x, cos, sin, kv.keys, kv.values, i, past)

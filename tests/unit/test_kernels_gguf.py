@@ -137,6 +137,73 @@ def test_a_verify_equals_single_steps_bit_for_bit(files):
     assert torch.equal(together, alone)
 
 
+def _layer_by_calls(layer, x, keys, values, past, cos, sin):
+    """A decoder layer as separate library calls composed in torch (what the one-call layer
+    step replaced): the reference it must equal bit for bit."""
+    from lsp_server.kernels.packed import linear
+
+    attn, mlp = layer.self_attn, layer.mlp
+    norm = lambda module, rows: native.rmsnorm(rows.contiguous(), module.weight, module.variance_epsilon,
+                                               torch.empty_like(rows))
+    h = norm(layer.input_layernorm, x)
+    fused = getattr(attn, "_specfill_qkv", None)
+    q, k, v = fused(h) if fused else (linear(attn.q_proj, h), linear(attn.k_proj, h), linear(attn.v_proj, h))
+    if fused is None:  # the library takes k and v as row views of one stride
+        q, k, v = torch.cat([q, k, v], dim=1).split([q.shape[1], k.shape[1], v.shape[1]], dim=1)
+    out = native.attention(q, k, v, cos, sin, keys, values, past, attn.scaling, torch.empty(x.shape[0], q.shape[1]))
+    x = x + linear(attn.o_proj, out)
+    h = norm(layer.post_attention_layernorm, x)
+    fused = getattr(mlp, "_specfill_gate_up", None)
+    gate_up = fused.module(h) if fused else torch.cat([linear(mlp.gate_proj, h), linear(mlp.up_proj, h)], dim=1)
+    return x + linear(mlp.down_proj, native.silu_mul(gate_up, torch.empty(x.shape[0], mlp.down_proj.in_features)))
+
+
+@pytest.mark.parametrize("variant", [v for v in native.VARIANTS if native.available() and v in native.variants_supported()])
+def test_the_one_call_layer_step_equals_the_layers_calls_one_by_one_bit_for_bit(files, variant):
+    from lsp_server.engine.lean_step import StaticKV, _rope_table
+
+    model = load(files, "target")
+    fuse_projections(model)
+    config = model.config
+    # the tiny target keeps layer 0's v in Q5_0 (q|k|v in three parts) and fuses layer 1's
+    assert getattr(model.model.layers[0].self_attn, "_specfill_qkv", None) is None
+    assert getattr(model.model.layers[1].self_attn, "_specfill_qkv", None) is not None
+    before = native.variant()
+    native.set_variant(variant)
+    try:
+        for rows, past in ((1, 0), (1, 9), (5, 12)):
+            kv, reference = StaticKV(model), StaticKV(model)
+            for cache in (kv, reference):
+                cache.reserve(past + rows)
+                gen = torch.Generator().manual_seed(past)
+                cache.keys.copy_(torch.randn(cache.keys.shape, generator=gen))
+                cache.values.copy_(torch.randn(cache.values.shape, generator=gen))
+            cos, sin = (t[past:past + rows] for t in _rope_table(model, past + rows, torch.float32))
+            x = torch.randn(rows, config.hidden_size, generator=torch.Generator().manual_seed(rows))
+            with torch.inference_mode():
+                for i, layer in enumerate(model.model.layers):
+                    want = _layer_by_calls(layer, x.clone(), reference.keys[i], reference.values[i], past, cos, sin)
+                    got = native_layers.layer(layer, x.clone(), kv, i, past, cos, sin, config)
+                    assert torch.equal(got, want), (variant, rows, past, i)
+                    x = want
+            assert torch.equal(kv.keys, reference.keys) and torch.equal(kv.values, reference.values)
+    finally:
+        native.set_variant(before)
+
+
+def test_a_layer_step_with_a_bad_shape_is_refused_not_run(files):
+    from lsp_server.engine.lean_step import StaticKV, _rope_table
+
+    model = load(files, "target")
+    kv = StaticKV(model)
+    kv.reserve(4)
+    past = kv.capacity - 2
+    cos, sin = (t[past:past + 4] for t in _rope_table(model, past + 4, torch.float32))
+    x = torch.randn(4, model.config.hidden_size)
+    with pytest.raises(RuntimeError, match="bad shape"):  # 4 new positions 2 before the cache's end
+        native_layers.layer(model.model.layers[0], x.clone(), kv, 0, past, cos, sin, model.config)
+
+
 def test_gate_and_up_fuse_into_one_view_of_the_file(files):
     model = load(files, "target")
     assert fuse_projections(model) >= 2

@@ -40,6 +40,20 @@ def _library_path() -> Path | None:
     return None
 
 
+class _MatrixC(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("w", ctypes.c_void_p), ("N", ctypes.c_int64)]
+
+
+class _LayerC(ctypes.Structure):  # struct sf_layer (specfill_kernels.h), field for field
+    _fields_ = [("qkv", _MatrixC * 3), ("n_qkv", ctypes.c_int), ("o", _MatrixC), ("gate_up", _MatrixC * 2),
+                ("n_gate_up", ctypes.c_int), ("down", _MatrixC),
+                *((name, ctypes.c_void_p) for name in ("qkv_bias", "o_bias", "gate_up_bias", "down_bias",
+                                                       "attn_norm", "ffn_norm")),
+                ("eps", ctypes.c_float),
+                *((name, ctypes.c_int64) for name in ("hidden", "heads", "kv_heads", "head_dim", "ffn")),
+                ("scale", ctypes.c_float)]
+
+
 def _load() -> tuple[ctypes.CDLL | None, str]:
     path = _library_path()
     if path is None:
@@ -64,6 +78,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         "sf_silu_mul": (c_int, [vp, c_i64, c_i64, vp]),
         "sf_attention": (c_int, [vp, c_i64, vp, vp, c_i64, c_i64, c_i64, c_i64, c_i64, vp, vp, vp, vp,
                                  c_i64, c_i64, ctypes.c_float, vp]),
+        "sf_layer_step": (c_int, [ctypes.POINTER(_LayerC), vp, c_i64, vp, vp, vp, vp, c_i64, c_i64]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -299,6 +314,52 @@ def attention(q: "torch.Tensor", k: "torch.Tensor", v: "torch.Tensor", cos: "tor
         cos.data_ptr(), sin.data_ptr(), keys.data_ptr(), values.data_ptr(), cap, past, scale, out.data_ptr()),
         "attention")
     return out
+
+
+class Layer:
+    """A decoder layer for sf_layer_step, described once: its matrices (Weight, in groups
+    q|k|v and gate|up of one to three parts), biases and norm weights (fp32 [N] tensors or
+    None), kept alive here while the library holds their addresses."""
+
+    def __init__(self, qkv: "list[Weight]", o: Weight, gate_up: "list[Weight]", down: Weight,
+                 biases: "tuple", norms: "tuple", eps: float, heads: int, kv_heads: int, head_dim: int,
+                 scale: float):
+        import torch
+
+        self._keep = [*qkv, o, *gate_up, down, *biases, *norms]
+        hidden, ffn = o.N, down.K
+        for name, t, n in (("qkv_bias", biases[0], (heads + 2 * kv_heads) * head_dim), ("o_bias", biases[1], hidden),
+                           ("gate_up_bias", biases[2], 2 * ffn), ("down_bias", biases[3], hidden),
+                           ("attn_norm", norms[0], hidden), ("ffn_norm", norms[1], hidden)):
+            if t is not None:
+                _check_tensor(name, t, torch.float32, 1)
+                if t.numel() != n:
+                    raise ValueError(f"{name} has {t.numel()} values, the layer needs {n}")
+        c = _LayerC()
+        for i, w in enumerate(qkv):
+            c.qkv[i] = _MatrixC(w.type_id, w._ptr, w.N)
+        for i, w in enumerate(gate_up):
+            c.gate_up[i] = _MatrixC(w.type_id, w._ptr, w.N)
+        c.n_qkv, c.n_gate_up = len(qkv), len(gate_up)
+        c.o, c.down = _MatrixC(o.type_id, o._ptr, o.N), _MatrixC(down.type_id, down._ptr, down.N)
+        c.qkv_bias, c.o_bias, c.gate_up_bias, c.down_bias = (None if b is None else b.data_ptr() for b in biases)
+        c.attn_norm, c.ffn_norm = (t.data_ptr() for t in norms)
+        c.eps, c.hidden, c.heads, c.kv_heads, c.head_dim, c.ffn, c.scale = (
+            eps, hidden, heads, kv_heads, head_dim, ffn, scale)
+        self._c = ctypes.byref(c)
+        self._struct = c
+        self._call = _need_lib().sf_layer_step
+        self.hidden = hidden
+
+    def step(self, x: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor", keys: "torch.Tensor",
+             values: "torch.Tensor", layer: int, past: int) -> "torch.Tensor":
+        """x [M, hidden] contiguous fp32, updated in place through the layer; keys, values
+        [layers, KV, capacity, D] contiguous fp32, written at layer `layer`, positions
+        past..past+M-1; cos, sin [M, D] contiguous."""
+        at = layer * keys.stride(0) * 4
+        _raise_on(self._call(self._c, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(),
+                             keys.data_ptr() + at, values.data_ptr() + at, keys.shape[2], past), "layer step")
+        return x
 
 
 def dequantize(type_id: int, weight: "torch.Tensor", K: int) -> "torch.Tensor":

@@ -367,6 +367,7 @@ struct mm_ctx {
     const uint8_t *xq;
     int64_t N, M, K, units;
     float *y;
+    int64_t ldy;  /* y's row stride */
 };
 
 static void mm_share(const void *p, int s, int ns) {
@@ -374,7 +375,7 @@ static void mm_share(const void *p, int s, int ns) {
     const int64_t n0 = c->units * s / ns * SF_ROW_ALIGN;
     int64_t n1 = c->units * (s + 1) / ns * SF_ROW_ALIGN;
     if (n1 > c->N) n1 = c->N;
-    if (n1 > n0) c->fn(c->w + (size_t)n0 * c->wrb, c->wrb, n1 - n0, c->xq, c->xrb, c->M, c->K, c->y + n0, c->N);
+    if (n1 > n0) c->fn(c->w + (size_t)n0 * c->wrb, c->wrb, n1 - n0, c->xq, c->xrb, c->M, c->K, c->y + n0, c->ldy);
 }
 
 /* A buffer of at least `bytes`, grown (never shrunk) and kept across calls; under call_mu.
@@ -389,25 +390,21 @@ static void *scratch_grow(void **buf, size_t *cap, size_t bytes) {
     return p;
 }
 
-int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int64_t M, float *y) {
-    if (!sf_type_supported(type)) return SF_EBADTYPE;
-    if (!shape_ok(type, K) || N < 0 || M < 0 || (is_x8(type) && N % 8 != 0)) return SF_EBADSHAPE;
-    if (N == 0 || M == 0) return SF_OK;
-    if (w == NULL || x == NULL || y == NULL) return SF_ENULL;
-    ensure_init();
-    const struct sf_kernels *k = variants[atomic_load(&current_variant)];
+static int matmul_shape_ok(int type, int64_t N, int64_t K, int64_t M) {
+    return shape_ok(type, K) && N >= 0 && M >= 0 && !(is_x8(type) && N % 8 != 0);
+}
 
-    pthread_mutex_lock(&call_mu);
+/* y [M, N] (rows ldy apart) = x . W^T, checked by the caller; under call_mu. */
+static int matmul_locked(const struct sf_kernels *k, int type, const void *w, int64_t N, int64_t K,
+                         const float *x, int64_t M, float *y, int64_t ldy) {
+    if (N == 0 || M == 0) return SF_OK;
     const size_t xrb = sf_act_row_bytes(type, K);
     uint8_t *xq = scratch_grow(&scratch, &scratch_cap, (size_t)M * xrb);
-    if (xq == NULL) {
-        pthread_mutex_unlock(&call_mu);
-        return SF_ENOMEM;
-    }
+    if (xq == NULL) return SF_ENOMEM;
     quantize_acts(k, type, x, M, K, xq);
 
     const struct mm_ctx c = {rows_fn(k, type), w, sf_row_bytes(type, K), xrb, xq, N, M, K,
-                             (N + SF_ROW_ALIGN - 1) / SF_ROW_ALIGN, y};
+                             (N + SF_ROW_ALIGN - 1) / SF_ROW_ALIGN, y, ldy};
     int64_t shares = N * K / SF_MIN_SHARE_VALUES;  /* the split never changes a result */
     if (shares > want_threads) shares = want_threads;
     if (shares > c.units) shares = c.units;
@@ -415,8 +412,20 @@ int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int
     if (shares > 1) pool_ensure(want_threads);
     const struct job j = {mm_share, &c, (int)shares};
     run_job(&j);
-    pthread_mutex_unlock(&call_mu);
     return SF_OK;
+}
+
+int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int64_t M, float *y) {
+    if (!sf_type_supported(type)) return SF_EBADTYPE;
+    if (!matmul_shape_ok(type, N, K, M)) return SF_EBADSHAPE;
+    if (N == 0 || M == 0) return SF_OK;
+    if (w == NULL || x == NULL || y == NULL) return SF_ENULL;
+    ensure_init();
+    const struct sf_kernels *k = variants[atomic_load(&current_variant)];
+    pthread_mutex_lock(&call_mu);
+    const int rc = matmul_locked(k, type, w, N, K, x, M, y, N);
+    pthread_mutex_unlock(&call_mu);
+    return rc;
 }
 
 int sf_repack(int type, const void *w, int64_t N, int64_t K, void *out) {
@@ -490,17 +499,17 @@ static void attn_share(const void *p, int s, int ns) {
     }
 }
 
-int sf_attention(float *q, int64_t q_stride, float *k, const float *v, int64_t kv_stride, int64_t M, int64_t H,
-                 int64_t KV, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
-                 int64_t cap, int64_t past, float scale, float *out) {
-    if (M < 0 || H <= 0 || KV <= 0 || H % KV != 0 || D <= 0 || D % SF_LANES != 0 || D > 512 || past < 0 ||
-        past + M > cap || q_stride < H * D || kv_stride < KV * D)
-        return SF_EBADSHAPE;
-    if (M == 0) return SF_OK;
-    if (q == NULL || k == NULL || v == NULL || cos == NULL || sin == NULL || k_cache == NULL || v_cache == NULL ||
-        out == NULL)
-        return SF_ENULL;
-    const struct sf_kernels *kern = current_kernels();
+static int attention_shape_ok(int64_t q_stride, int64_t kv_stride, int64_t M, int64_t H, int64_t KV, int64_t D,
+                              int64_t cap, int64_t past) {
+    return M >= 0 && H > 0 && KV > 0 && H % KV == 0 && D > 0 && D % SF_LANES == 0 && D <= 512 && past >= 0 &&
+           past + M <= cap && q_stride >= H * D && kv_stride >= KV * D;
+}
+
+/* sf_attention, checked by the caller; under call_mu. */
+static int attention_locked(const struct sf_kernels *kern, float *q, int64_t q_stride, float *k, const float *v,
+                            int64_t kv_stride, int64_t M, int64_t H, int64_t KV, int64_t D, const float *cos,
+                            const float *sin, float *k_cache, float *v_cache, int64_t cap, int64_t past, float scale,
+                            float *out) {
     for (int64_t j = 0; j < M; j++) {
         kern->rope(q + j * q_stride, H, D, cos + j * D, sin + j * D);
         kern->rope(k + j * kv_stride, KV, D, cos + j * D, sin + j * D);
@@ -510,19 +519,126 @@ int sf_attention(float *q, int64_t q_stride, float *k, const float *v, int64_t k
             memcpy(v_cache + at, v + j * kv_stride + g * D, (size_t)D * sizeof(float));
         }
     }
-    pthread_mutex_lock(&call_mu);
     int64_t shares = M * H * (past + M) * D * 8 / SF_MIN_SHARE_VALUES;  /* a share: 32k multiply-adds at least */
     if (shares > want_threads) shares = want_threads;
     if (shares > M * H) shares = M * H;
     if (shares < 1) shares = 1;
-    if (scratch_grow(&attn_scratch, &attn_scratch_cap, (size_t)shares * (size_t)(past + M) * sizeof(float)) == NULL) {
-        pthread_mutex_unlock(&call_mu);
+    if (scratch_grow(&attn_scratch, &attn_scratch_cap, (size_t)shares * (size_t)(past + M) * sizeof(float)) == NULL)
         return SF_ENOMEM;
-    }
     if (shares > 1) pool_ensure(want_threads);
     const struct attn_ctx c = {kern, q, k_cache, v_cache, q_stride, M, H, H / KV, D, cap, past, past + M, scale, out};
     const struct job jb = {attn_share, &c, (int)shares};
     run_job(&jb);
-    pthread_mutex_unlock(&call_mu);
     return SF_OK;
+}
+
+int sf_attention(float *q, int64_t q_stride, float *k, const float *v, int64_t kv_stride, int64_t M, int64_t H,
+                 int64_t KV, int64_t D, const float *cos, const float *sin, float *k_cache, float *v_cache,
+                 int64_t cap, int64_t past, float scale, float *out) {
+    if (!attention_shape_ok(q_stride, kv_stride, M, H, KV, D, cap, past)) return SF_EBADSHAPE;
+    if (M == 0) return SF_OK;
+    if (q == NULL || k == NULL || v == NULL || cos == NULL || sin == NULL || k_cache == NULL || v_cache == NULL ||
+        out == NULL)
+        return SF_ENULL;
+    const struct sf_kernels *kern = current_kernels();
+    pthread_mutex_lock(&call_mu);
+    const int rc = attention_locked(kern, q, q_stride, k, v, kv_stride, M, H, KV, D, cos, sin, k_cache, v_cache,
+                                    cap, past, scale, out);
+    pthread_mutex_unlock(&call_mu);
+    return rc;
+}
+
+/* ---- a whole decoder layer ---- */
+
+static void *layer_scratch;       /* the layer's rows between its steps; under call_mu */
+static size_t layer_scratch_cap;
+
+/* y [M, N] (rows ldy apart) += b [N]; b NULL: nothing. */
+static void add_bias(float *y, int64_t M, int64_t N, int64_t ldy, const float *b) {
+    if (b == NULL) return;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t n = 0; n < N; n++) y[m * ldy + n] += b[n];
+}
+
+/* The matrices of `parts` side by side: y [M, sum N] (rows ldy apart) = x . [W0 | W1 ..]^T. */
+static int parts_locked(const struct sf_kernels *k, const struct sf_matrix *parts, int n, int64_t K,
+                        const float *x, int64_t M, float *y, int64_t ldy) {
+    int64_t col = 0;
+    for (int i = 0; i < n; i++) {
+        const int rc = matmul_locked(k, parts[i].type, parts[i].w, parts[i].N, K, x, M, y + col, ldy);
+        if (rc != SF_OK) return rc;
+        col += parts[i].N;
+    }
+    return SF_OK;
+}
+
+static int64_t parts_width(const struct sf_matrix *parts, int n) {
+    int64_t width = 0;
+    for (int i = 0; i < n; i++) width += parts[i].N;
+    return width;
+}
+
+static int parts_ok(const struct sf_matrix *parts, int n, int64_t K, int64_t M) {
+    if (n < 1 || n > 3) return SF_EBADSHAPE;
+    for (int i = 0; i < n; i++) {
+        if (!sf_type_supported(parts[i].type)) return SF_EBADTYPE;
+        if (!matmul_shape_ok(parts[i].type, parts[i].N, K, M) || parts[i].N == 0) return SF_EBADSHAPE;
+        if (parts[i].w == NULL) return SF_ENULL;
+    }
+    return SF_OK;
+}
+
+static int layer_ok(const struct sf_layer *L, int64_t M, int64_t cap, int64_t past) {
+    const int64_t H = L->heads, KV = L->kv_heads, D = L->head_dim, width = L->hidden;
+    if (width <= 0 || width % SF_LANES != 0 || L->ffn <= 0 || M < 0) return SF_EBADSHAPE;
+    if (L->attn_norm == NULL || L->ffn_norm == NULL) return SF_ENULL;
+    int rc;
+    if ((rc = parts_ok(L->qkv, L->n_qkv, width, M)) != SF_OK || (rc = parts_ok(&L->o, 1, H * D, M)) != SF_OK ||
+        (rc = parts_ok(L->gate_up, L->n_gate_up, width, M)) != SF_OK || (rc = parts_ok(&L->down, 1, L->ffn, M)) != SF_OK)
+        return rc;
+    const int64_t qkv = (H + 2 * KV) * D;
+    if (parts_width(L->qkv, L->n_qkv) != qkv || L->o.N != width || parts_width(L->gate_up, L->n_gate_up) != 2 * L->ffn ||
+        L->down.N != width || !attention_shape_ok(qkv, qkv, M, H, KV, D, cap, past))
+        return SF_EBADSHAPE;
+    return SF_OK;
+}
+
+int sf_layer_step(const struct sf_layer *L, float *x, int64_t M, const float *cos, const float *sin,
+                  float *k_cache, float *v_cache, int64_t cap, int64_t past) {
+    if (L == NULL) return SF_ENULL;
+    int rc = layer_ok(L, M, cap, past);
+    if (rc != SF_OK || M == 0) return rc;
+    if (x == NULL || cos == NULL || sin == NULL || k_cache == NULL || v_cache == NULL) return SF_ENULL;
+    const struct sf_kernels *k = current_kernels();
+    const int64_t width = L->hidden, H = L->heads, KV = L->kv_heads, D = L->head_dim, F = L->ffn;
+    const int64_t qkv_w = (H + 2 * KV) * D;
+    const size_t floats = (size_t)M * (size_t)(2 * width + qkv_w + H * D + 3 * F);
+
+    pthread_mutex_lock(&call_mu);
+    float *h = scratch_grow(&layer_scratch, &layer_scratch_cap, floats * sizeof(float));
+    if (h == NULL) {
+        pthread_mutex_unlock(&call_mu);
+        return SF_ENOMEM;
+    }
+    float *t = h + M * width, *qkv = t + M * width, *att = qkv + M * qkv_w, *gate_up = att + M * H * D,
+          *act = gate_up + M * 2 * F;
+    /* the same steps, in the same order, as native_layers' torch composition of the calls above */
+    k->rmsnorm(x, L->attn_norm, M, width, L->eps, h);
+    if ((rc = parts_locked(k, L->qkv, L->n_qkv, width, h, M, qkv, qkv_w)) != SF_OK) goto done;
+    add_bias(qkv, M, qkv_w, qkv_w, L->qkv_bias);
+    rc = attention_locked(k, qkv, qkv_w, qkv + H * D, qkv + (H + KV) * D, qkv_w, M, H, KV, D, cos, sin, k_cache,
+                          v_cache, cap, past, L->scale, att);
+    if (rc != SF_OK || (rc = matmul_locked(k, L->o.type, L->o.w, width, H * D, att, M, t, width)) != SF_OK) goto done;
+    add_bias(t, M, width, width, L->o_bias);
+    for (int64_t i = 0; i < M * width; i++) x[i] = x[i] + t[i];
+    k->rmsnorm(x, L->ffn_norm, M, width, L->eps, h);
+    if ((rc = parts_locked(k, L->gate_up, L->n_gate_up, width, h, M, gate_up, 2 * F)) != SF_OK) goto done;
+    add_bias(gate_up, M, 2 * F, 2 * F, L->gate_up_bias);
+    k->silu_mul(gate_up, M, F, act);
+    if ((rc = matmul_locked(k, L->down.type, L->down.w, width, F, act, M, t, width)) != SF_OK) goto done;
+    add_bias(t, M, width, width, L->down_bias);
+    for (int64_t i = 0; i < M * width; i++) x[i] = x[i] + t[i];
+done:
+    pthread_mutex_unlock(&call_mu);
+    return rc;
 }
