@@ -11,9 +11,10 @@ stop ids and token budget, and is timed end to end from a cold cache (prefill in
 - llama.cpp prompt-lookup: the same with `LlamaPromptLookupDecoding` as its drafter. It needs
   `logits_all=True`, or it crashes once prompt + output pass 512 tokens; llama-cpp-python
   can't take a second GGUF as a draft model, so this is its only speculative mode.
-- specfill <mode> plain / speculative: our engine, target and draft loaded from the converted
-  safetensors and quantized with `apply_quant` (bf16, int8, int4-gN, mixed-gN; "T/D" gives
-  the draft its own mode, e.g. "bf16/int4-g32").
+- specfill <mode> plain / speculative: our engine, target and draft loaded as the server
+  loads them for model.quant = <mode>: `gguf` (the default, and what `auto` picks wherever the
+  native kernels run) multiplies straight from the same GGUF files' blocks; the torch modes
+  (w8a8, int4-gN, bf16) load the converted safetensors. "T/D" gives the draft its own mode.
 
 Same work on every side: one stop set (every special token of the tokenizer, what the
 server stops on), and tokens per second over the same number of tokens: for each prompt the
@@ -44,7 +45,7 @@ from lsp_server.bench.report import bar_plot, machine_info, markdown_table, medi
 from lsp_server.engine.types import common_prefix_len
 
 LLAMA_MODES = ("server", "plain", "prompt-lookup")
-SPECFILL_MODES = "w8a8,int4-g32"
+SPECFILL_MODES = "gguf"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

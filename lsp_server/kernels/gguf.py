@@ -1,9 +1,11 @@
 """The GGUF file as the model: its quantized blocks, memory-mapped, are the weights.
 
 A decoder's matrices stay in the file's own blocks (Q4_K, Q6_K, Q5_0, Q8_0) and are
-multiplied there by our native kernels (`kernels.native`): nothing is dequantized,
-converted or copied at load, and a weight's bytes are read from the page cache the first
-time a step needs them. Norms and biases (F32 in the file) become fp32 parameters; the
+multiplied there by our native kernels (`kernels.native`): nothing is dequantized or
+converted at load (the kernels' 8-row repacking copies the same bytes), and a weight's
+bytes are read from the page cache the first time a step needs them. The one exception is
+a draft's (`requantize_to_q4_0`): its weights only decide what it proposes, so its finer
+blocks are made Q4_0 at load for fewer bytes a step. Norms and biases (F32 in the file) become fp32 parameters; the
 token embedding stays in its blocks too, and a lookup dequantizes the rows it needs.
 
 Activations are fp32: on CPUs without native bf16 (AVX2 machines) fp32 is the fast float
@@ -252,6 +254,28 @@ def load_gguf_model(config_dir: Path | None, gguf_path: Path) -> nn.Module:
     model.gguf_file = file  # keeps the map alive as long as the model
     model.eval()
     return model
+
+
+Q4_0 = 2
+# bits a weight of each block type costs (its scales included)
+BITS = {2: 4.5, 6: 5.5, 8: 8.5, 12: 4.5, 14: 6.5625}
+
+
+def requantize_to_q4_0(model: nn.Module) -> tuple[int, int]:
+    """Each GGUFLinear whose blocks cost more than Q4_0's 4.5 bits a weight (Q5_0, Q8_0,
+    Q6_K) gets its weights requantized to Q4_0 (native.requantize: its own dequantized
+    values, ggml's reference rounding). For a
+    draft model only: its weights change which tokens it proposes (acceptance), never the
+    output, which the target's verify decides. Returns (bytes before, bytes after) of the
+    layers it changed."""
+    before = after = 0
+    for name, module in list(model.named_modules()):
+        if not isinstance(module, GGUFLinear) or BITS[module.type_id] <= BITS[Q4_0] or module.in_features % 32:
+            continue
+        blocks = native.requantize(module.type_id, module.blocks, module.in_features, Q4_0)
+        before, after = before + module.blocks.numel(), after + blocks.numel()
+        _replace(model, name, GGUFLinear(blocks, Q4_0, module.in_features, module.bias))
+    return before, after
 
 
 def _replace(model: nn.Module, name: str, module: nn.Module) -> None:

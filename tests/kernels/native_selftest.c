@@ -117,7 +117,7 @@ static void run_case(int type, int64_t N, int64_t K, int64_t M) {
         check(memcmp(qa, qb, M * xrb) == 0, "activation blocks == reference", type, sf_variant_name(v), M, N, K);
     }
     check_variants(type, type, w, N, K, x, M, ref, y, one, "");
-    if (type != SF_Q4_0 && N % 8 == 0) {  /* repacked 8 rows by 8: the plain rows' bits */
+    if (N % 8 == 0) {  /* repacked 8 rows by 8: the plain rows' bits */
         uint8_t *w8 = malloc(N * rb);
         const int x8 = type + 100;
         check(sf_repack(type, w, N, K, w8) == x8, "repack returns the x8 type", type, "-", M, N, K);
@@ -156,7 +156,7 @@ static void run_specials(void) {
     check(sf_matmul(99, &y1, 1, 256, &y1, 1, &y1) == SF_EBADTYPE, "matmul refuses bad type", 99, "-", 1, 1, 256);
     check(sf_matmul(SF_Q4_K_X8, &y1, 12, 256, &y1, 1, &y1) == SF_EBADSHAPE, "x8 matmul refuses N % 8", SF_Q4_K_X8, "-", 1, 12, 256);
     check(sf_repack(SF_Q4_K, &y1, 12, 256, &y1) == SF_EBADSHAPE, "repack refuses N % 8", SF_Q4_K, "-", 0, 12, 256);
-    check(sf_repack(SF_Q4_0, &y1, 8, 256, &y1) == SF_EBADTYPE, "repack refuses a type with no x8 form", SF_Q4_0, "-", 0, 8, 256);
+    check(sf_repack(SF_Q4_0_X8, &y1, 8, 256, &y1) == SF_EBADTYPE, "repack refuses a type with no x8 form", SF_Q4_0_X8, "-", 0, 8, 256);
     check(sf_dequantize_rows(SF_Q4_K_X8, &y1, 8, 256, &y1) == SF_EBADTYPE, "dequantize refuses x8", SF_Q4_K_X8, "-", 0, 8, 256);
     check(sf_set_variant(SF_NVARIANTS) == -1, "set_variant refuses out of range", 0, "-", 0, 0, 0);
     for (int v = 0; v < SF_NVARIANTS; v++)

@@ -19,7 +19,8 @@ from lsp_server.engine.speculative import SpeculativeEngine
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
 from lsp_server.kernels import native
 from lsp_server.kernels.fuse import fuse_projections
-from lsp_server.kernels.gguf import GGUFEmbedding, GGUFLinear, UnsupportedTensor, gguf_name, load_gguf_model
+from lsp_server.kernels.gguf import (GGUFEmbedding, GGUFLinear, UnsupportedTensor, gguf_name, load_gguf_model,
+                                     requantize_to_q4_0)
 from tests.tiny_models import CharTokenizer, qwen2_for_fusing
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.why_unavailable()}")
@@ -230,8 +231,32 @@ def test_fused_layers_hold_their_parts_rows_once(files):
         assert torch.equal(getattr(layer.mlp, name)(x), want)
 
 
-def test_greedy_speculation_between_gguf_models_is_the_targets_own_greedy_output(files):
+def test_a_draft_requantized_to_q4_0_holds_ggmls_own_q4_0_of_its_weights_in_fewer_bytes(files):
+    import gguf
+
+    draft = load(files, "draft")  # every matrix Q8_0
+    plain = {name: m.dequantized_weight() for name, m in draft.named_modules() if isinstance(m, GGUFLinear)}
+    before, after = requantize_to_q4_0(draft)
+    assert after == before * 18 // 34  # Q8_0's 34 bytes a block of 32 against Q4_0's 18
+    for name, module in draft.named_modules():
+        if isinstance(module, GGUFLinear):
+            assert module.type_id == Q4_0 and module._weight.type_id == native.REPACKED[Q4_0]
+            want = gguf.quants.quantize(plain[name].numpy(), gguf.GGMLQuantizationType.Q4_0)
+            assert np.array_equal(module.blocks.numpy(), want), name
+    assert requantize_to_q4_0(draft) == (0, 0)  # nothing coarser to make
+
+
+def test_requantizing_refuses_what_it_cannot_make():
+    w = torch.zeros(8, native.row_bytes(Q8_0, 64), dtype=torch.uint8)
+    with pytest.raises(RuntimeError, match="unsupported type"):
+        native.requantize(Q8_0, w, 64, Q5_0)  # Q4_0 is the one coarser form made
+
+
+@pytest.mark.parametrize("requantized", [False, True])
+def test_greedy_speculation_between_gguf_models_is_the_targets_own_greedy_output(files, requantized):
     target, draft = load(files, "target"), load(files, "draft")
+    if requantized:  # what the server loads: the draft in Q4_0
+        requantize_to_q4_0(draft)
     for m in (target, draft):
         fuse_projections(m)
         setattr(m, ROWS_INDEPENDENT, True)

@@ -27,7 +27,7 @@ _AVX2 = ("avx2", "fma", "f16c")
 NEEDS = {"scalar": (), "avx2": _AVX2, "avx512": (*_AVX2, "avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
          "neon": ("asimd", "asimddp")}
 TYPES = {2: "Q4_0", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # ggml type id -> name
-REPACKED = {6: 106, 8: 108, 12: 112, 14: 114}  # ggml type -> its kernel-side form, 8 rows by 8 (SF_*_X8)
+REPACKED = {2: 102, 6: 106, 8: 108, 12: 112, 14: 114}  # ggml type -> its kernel-side form, 8 rows by 8 (SF_*_X8)
 _ERRORS = {-1: "unsupported type", -2: "bad shape", -3: "NULL pointer", -4: "out of memory"}
 _SIMD_FLAG_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "asimd", "neon", "sve", "fphp", "amx")
 
@@ -72,6 +72,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         "sf_row_bytes": (c_size, [c_int, c_i64]), "sf_act_row_bytes": (c_size, [c_int, c_i64]),
         "sf_matmul": (c_int, [c_int, vp, c_i64, c_i64, vp, c_i64, vp]),
         "sf_dequantize_rows": (c_int, [c_int, vp, c_i64, c_i64, vp]),
+        "sf_requantize_rows": (c_int, [c_int, vp, c_i64, c_i64, c_int, vp]),
         "sf_repack": (c_int, [c_int, vp, c_i64, c_i64, vp]),
         "sf_quantize_acts": (c_int, [c_int, vp, c_i64, c_i64, vp]),
         "sf_rmsnorm": (c_int, [vp, vp, c_i64, c_i64, ctypes.c_float, vp]),
@@ -371,6 +372,18 @@ def dequantize(type_id: int, weight: "torch.Tensor", K: int) -> "torch.Tensor":
     out = torch.empty(N, K, dtype=torch.float32)
     _raise_on(lib.sf_dequantize_rows(type_id, weight.data_ptr(), N, K, out.data_ptr()), "dequantize")
     return out  # [N, K]
+
+
+def requantize(type_id: int, weight: "torch.Tensor", K: int, to_type: int) -> "torch.Tensor":
+    """weight [N, row_bytes] in `type_id` blocks, dequantized and quantized again to `to_type`
+    (Q4_0 only) with ggml's reference rounding -> [N, row_bytes(to_type, K)] uint8."""
+    import torch
+
+    lib = _need_lib()
+    N = _check_weight(type_id, weight, K)
+    out = torch.empty(N, row_bytes(to_type, K), dtype=torch.uint8)
+    _raise_on(lib.sf_requantize_rows(type_id, weight.data_ptr(), N, K, to_type, out.data_ptr()), "requantize")
+    return out
 
 
 def quantize_activations(type_id: int, x: "torch.Tensor") -> "torch.Tensor":

@@ -89,6 +89,11 @@ typedef struct {
                              high nibble = value 16 + 4q + b */
 } sf_block_q5_0_x8;
 
+typedef struct {
+    uint16_t d[8];
+    uint8_t qs[4][32];    /* as Q5_0's x8 qs: [q][4n + b] = row n's qs[4q + b] */
+} sf_block_q4_0_x8;
+
 _Static_assert(sizeof(sf_block_q8_0) == 34, "Q8_0 block is 34 bytes");
 _Static_assert(sizeof(sf_block_q5_0) == 22, "Q5_0 block is 22 bytes");
 _Static_assert(sizeof(sf_block_q4_0) == 18, "Q4_0 block is 18 bytes");
@@ -98,6 +103,7 @@ _Static_assert(sizeof(sf_block_q4_K_x8) == 8 * sizeof(sf_block_q4_K), "a Q4_K x8
 _Static_assert(sizeof(sf_block_q6_K_x8) == 8 * sizeof(sf_block_q6_K), "a Q6_K x8 block is 8 Q6_K blocks");
 _Static_assert(sizeof(sf_block_q8_0_x8) == 8 * sizeof(sf_block_q8_0), "a Q8_0 x8 block is 8 Q8_0 blocks");
 _Static_assert(sizeof(sf_block_q5_0_x8) == 8 * sizeof(sf_block_q5_0), "a Q5_0 x8 block is 8 Q5_0 blocks");
+_Static_assert(sizeof(sf_block_q4_0_x8) == 8 * sizeof(sf_block_q4_0), "a Q4_0 x8 block is 8 Q4_0 blocks");
 
 /* ---- activation blocks, made by the library from fp32 rows (sf_quantize_acts).
  * d = amax / 127, q = (int8) nearbyintf(x * (1/d)); see ref.c for the edge cases. ---- */
@@ -250,7 +256,7 @@ struct sf_kernels {
     const char *name;
     sf_quant_fn quant_k, quant_32;
     sf_rows_fn q8_0, q5_0, q4_0, q4_K, q6_K;
-    sf_rows_fn q8_0_x8, q5_0_x8, q4_K_x8, q6_K_x8;  /* nrows a multiple of 8, w as sf_repack_*_x8 leaves it */
+    sf_rows_fn q8_0_x8, q5_0_x8, q4_0_x8, q4_K_x8, q6_K_x8;  /* nrows a multiple of 8, w as sf_repack_*_x8 leaves it */
     /* the float steps around the products (layer_body.h) */
     void (*rmsnorm)(const float *x, const float *w, int64_t M, int64_t K, float eps, float *out);
     void (*silu_mul)(const float *gate_up, int64_t M, int64_t F, float *out);
@@ -368,7 +374,23 @@ static inline void sf_unpack_q5_0_x8(const sf_block_q5_0_x8 *src, int n, sf_bloc
     for (int q = 0; q < 4; q++) memcpy(b->qs + 4 * q, &src->qs[q][4 * n], 4);
 }
 
+static inline void sf_repack_q4_0_x8(const sf_block_q4_0 *src, int64_t nb, sf_block_q4_0_x8 *dst) {
+    for (int64_t i = 0; i < nb; i++)
+        for (int n = 0; n < 8; n++) {
+            const sf_block_q4_0 *b = &src[n * nb + i];
+            memcpy(&dst[i].d[n], &b->d, 2);
+            for (int q = 0; q < 4; q++) memcpy(&dst[i].qs[q][4 * n], b->qs + 4 * q, 4);
+        }
+}
+
+static inline void sf_unpack_q4_0_x8(const sf_block_q4_0_x8 *src, int n, sf_block_q4_0 *b) {
+    memcpy(&b->d, &src->d[n], 2);
+    for (int q = 0; q < 4; q++) memcpy(b->qs + 4 * q, &src->qs[q][4 * n], 4);
+}
+
 /* The reference dequantizer (ref.c); the public sf_dequantize_rows checks and calls it. */
 void sf_ref_dequantize_row(int type, const uint8_t *w, int64_t K, float *out);
+/* One fp32 row -> K / 32 Q4_0 blocks, ggml's reference rounding (ref.c; sf_requantize_rows). */
+void sf_ref_quantize_row_q4_0(const float *x, int64_t K, sf_block_q4_0 *out);
 
 #endif /* SF_BLOCKS_H */

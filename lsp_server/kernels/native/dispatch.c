@@ -290,7 +290,7 @@ int sf_get_threads(void) {
 
 static int64_t block_values(int type) {
     switch (type) {
-    case SF_Q8_0: case SF_Q5_0: case SF_Q4_0: case SF_Q8_0_X8: case SF_Q5_0_X8: return SF_QK32;
+    case SF_Q8_0: case SF_Q5_0: case SF_Q4_0: case SF_Q8_0_X8: case SF_Q5_0_X8: case SF_Q4_0_X8: return SF_QK32;
     case SF_Q4_K: case SF_Q6_K: case SF_Q4_K_X8: case SF_Q6_K_X8: return SF_QKK;
     default: return 0;
     }
@@ -300,7 +300,7 @@ static size_t block_bytes(int type) {
     switch (type) {
     case SF_Q8_0: case SF_Q8_0_X8: return sizeof(sf_block_q8_0);  /* per row */
     case SF_Q5_0: case SF_Q5_0_X8: return sizeof(sf_block_q5_0);
-    case SF_Q4_0: return sizeof(sf_block_q4_0);
+    case SF_Q4_0: case SF_Q4_0_X8: return sizeof(sf_block_q4_0);
     case SF_Q4_K: case SF_Q4_K_X8: return sizeof(sf_block_q4_K);
     case SF_Q6_K: case SF_Q6_K_X8: return sizeof(sf_block_q6_K);
     default: return 0;
@@ -308,7 +308,7 @@ static size_t block_bytes(int type) {
 }
 
 static int is_x8(int type) {
-    return type == SF_Q8_0_X8 || type == SF_Q5_0_X8 || type == SF_Q4_K_X8 || type == SF_Q6_K_X8;
+    return type == SF_Q8_0_X8 || type == SF_Q5_0_X8 || type == SF_Q4_0_X8 || type == SF_Q4_K_X8 || type == SF_Q6_K_X8;
 }
 
 int sf_type_supported(int type) { return block_values(type) != 0; }
@@ -337,6 +337,7 @@ static sf_rows_fn rows_fn(const struct sf_kernels *k, int type) {
     case SF_Q6_K: return k->q6_K;
     case SF_Q8_0_X8: return k->q8_0_x8;
     case SF_Q5_0_X8: return k->q5_0_x8;
+    case SF_Q4_0_X8: return k->q4_0_x8;
     case SF_Q4_K_X8: return k->q4_K_x8;
     case SF_Q6_K_X8: return k->q6_K_x8;
     default: return NULL;
@@ -429,7 +430,8 @@ int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int
 }
 
 int sf_repack(int type, const void *w, int64_t N, int64_t K, void *out) {
-    if (type != SF_Q8_0 && type != SF_Q5_0 && type != SF_Q4_K && type != SF_Q6_K) return SF_EBADTYPE;
+    if (type != SF_Q8_0 && type != SF_Q5_0 && type != SF_Q4_0 && type != SF_Q4_K && type != SF_Q6_K)
+        return SF_EBADTYPE;
     if (!shape_ok(type, K) || N < 0 || N % 8 != 0) return SF_EBADSHAPE;
     if (N > 0 && (w == NULL || out == NULL)) return SF_ENULL;
     const int64_t nb = K / block_values(type);
@@ -438,6 +440,7 @@ int sf_repack(int type, const void *w, int64_t N, int64_t K, void *out) {
         switch (type) {
         case SF_Q8_0: sf_repack_q8_0_x8((const sf_block_q8_0 *)w + r * nb, nb, (sf_block_q8_0_x8 *)out + g); break;
         case SF_Q5_0: sf_repack_q5_0_x8((const sf_block_q5_0 *)w + r * nb, nb, (sf_block_q5_0_x8 *)out + g); break;
+        case SF_Q4_0: sf_repack_q4_0_x8((const sf_block_q4_0 *)w + r * nb, nb, (sf_block_q4_0_x8 *)out + g); break;
         case SF_Q4_K: sf_repack_q4_K_x8((const sf_block_q4_K *)w + r * nb, nb, (sf_block_q4_K_x8 *)out + g); break;
         default: sf_repack_q6_K_x8((const sf_block_q6_K *)w + r * nb, nb, (sf_block_q6_K_x8 *)out + g); break;
         }
@@ -452,6 +455,48 @@ int sf_dequantize_rows(int type, const void *w, int64_t rows, int64_t K, float *
     const size_t rb = sf_row_bytes(type, K);
     for (int64_t r = 0; r < rows; r++) sf_ref_dequantize_row(type, (const uint8_t *)w + (size_t)r * rb, K, out + r * K);
     return SF_OK;
+}
+
+struct rq_ctx {
+    int type;
+    const uint8_t *w;
+    uint8_t *out;
+    size_t rb, ob;
+    int64_t rows, K;
+    atomic_int failed;
+};
+
+static void rq_share(const void *p, int s, int ns) {
+    struct rq_ctx *c = (struct rq_ctx *)p;
+    float *row = malloc((size_t)c->K * sizeof(float));
+    if (row == NULL) {
+        atomic_store(&c->failed, 1);
+        return;
+    }
+    for (int64_t r = c->rows * s / ns; r < c->rows * (s + 1) / ns; r++) {
+        sf_ref_dequantize_row(c->type, c->w + (size_t)r * c->rb, c->K, row);
+        sf_ref_quantize_row_q4_0(row, c->K, (sf_block_q4_0 *)(c->out + (size_t)r * c->ob));
+    }
+    free(row);
+}
+
+int sf_requantize_rows(int type, const void *w, int64_t rows, int64_t K, int to_type, void *out) {
+    if (to_type != SF_Q4_0 || !sf_type_supported(type) || is_x8(type)) return SF_EBADTYPE;
+    const size_t rb = sf_row_bytes(type, K), ob = sf_row_bytes(to_type, K);
+    if (rb == 0 || ob == 0 || rows < 0) return SF_EBADSHAPE;
+    if (rows == 0) return SF_OK;
+    if (w == NULL || out == NULL) return SF_ENULL;
+    ensure_init();
+    struct rq_ctx c = {type, w, out, rb, ob, rows, K, 0};
+    pthread_mutex_lock(&call_mu);
+    int64_t shares = rows * K / SF_MIN_SHARE_VALUES;  /* each row is its own: the split changes nothing */
+    if (shares > want_threads) shares = want_threads;
+    if (shares < 1) shares = 1;
+    if (shares > 1) pool_ensure(want_threads);
+    const struct job j = {rq_share, &c, (int)shares};
+    run_job(&j);
+    pthread_mutex_unlock(&call_mu);
+    return atomic_load(&c.failed) ? SF_ENOMEM : SF_OK;
 }
 
 /* ---- the float steps around the products ---- */

@@ -227,15 +227,17 @@ static inline uint8x16_t q5_0_high(uint8x16_t qh, int c) {
     return vandq_u8(vtstq_u8(spread, vld1q_u8(bits)), vdupq_n_u8(0x10));
 }
 
-/* Q8_0 and Q5_0: one 32-value block per group step, the weights as signed bytes (Q5_0:
- * q - 16), sf_q32_term per block. */
-enum { SF_W_Q8_0, SF_W_Q5_0 };
+/* Q8_0, Q5_0 and Q4_0: one 32-value block per group step, the weights as signed bytes (Q5_0 / Q4_0:
+ * q - 16 / q - 8), sf_q32_term per block. */
+enum { SF_W_Q8_0, SF_W_Q5_0, SF_W_Q4_0 };
 
 SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const *x, int R, int64_t nb,
                                       float out[][8], int kind) {
     const uint8x16_t m4 = vdupq_n_u8(0x0f);
-    const int8x16_t bias = vdupq_n_s8(16);
-    const size_t bsize = kind == SF_W_Q8_0 ? sizeof(sf_block_q8_0_x8) : sizeof(sf_block_q5_0_x8);
+    const int five = kind == SF_W_Q5_0;
+    const int8x16_t bias = vdupq_n_s8(five ? 16 : 8);
+    const size_t bsize = kind == SF_W_Q8_0 ? sizeof(sf_block_q8_0_x8)
+                       : five ? sizeof(sf_block_q5_0_x8) : sizeof(sf_block_q4_0_x8);
     f32x8 acc[SF_NEON_RMAX][8];
     zero_acc(acc, R);
     for (int64_t i = 0; i < nb; i++) {
@@ -249,15 +251,22 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
                 const int8x16_t w03 = vld1q_s8(b8->qs[q]), w47 = vld1q_s8(b8->qs[q] + 16);
                 for (int k = 0; k < R; k++) dot4(&sumi[k], w03, w47, x[k][i].qs + 4 * q);
             }
-        } else {
-            const sf_block_q5_0_x8 *b5 = (const sf_block_q5_0_x8 *)g;
-            const uint8x16_t qh[2] = {vreinterpretq_u8_u32(vld1q_u32(b5->qh)), vreinterpretq_u8_u32(vld1q_u32(b5->qh + 4))};
+        } else {  /* Q5_0 and Q4_0: the same nibbles; Q5_0 adds its fifth bits */
+            const uint8_t(*qs)[32] = five ? ((const sf_block_q5_0_x8 *)g)->qs : ((const sf_block_q4_0_x8 *)g)->qs;
+            const uint32_t *qh32 = ((const sf_block_q5_0_x8 *)g)->qh;
+            const uint8x16_t qh[2] = {five ? vreinterpretq_u8_u32(vld1q_u32(qh32)) : vdupq_n_u8(0),
+                                      five ? vreinterpretq_u8_u32(vld1q_u32(qh32 + 4)) : vdupq_n_u8(0)};
             for (int q = 0; q < 4; q++) {  /* quads q (low nibbles) and q + 4 (high) */
                 int8x16_t lo[2], hi[2];
                 for (int h = 0; h < 2; h++) {
-                    const uint8x16_t P = vld1q_u8(b5->qs[q] + 16 * h);
-                    lo[h] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(P, m4), q5_0_high(qh[h], q))), bias);
-                    hi[h] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(P, 4), q5_0_high(qh[h], q + 4))), bias);
+                    const uint8x16_t P = vld1q_u8(qs[q] + 16 * h);
+                    uint8x16_t l = vandq_u8(P, m4), u = vshrq_n_u8(P, 4);
+                    if (five) {
+                        l = vorrq_u8(l, q5_0_high(qh[h], q));
+                        u = vorrq_u8(u, q5_0_high(qh[h], q + 4));
+                    }
+                    lo[h] = vsubq_s8(vreinterpretq_s8_u8(l), bias);
+                    hi[h] = vsubq_s8(vreinterpretq_s8_u8(u), bias);
                 }
                 for (int k = 0; k < R; k++) {
                     dot4(&sumi[k], lo[0], lo[1], x[k][i].qs + 4 * q);
@@ -283,6 +292,11 @@ SF_ALWAYS_INLINE void dot_q5_0_x8_rows(const sf_block_q5_0_x8 *blk, const sf_act
     dot_q32_x8_rows((const uint8_t *)blk, x, R, nb, out, SF_W_Q5_0);
 }
 
+SF_ALWAYS_INLINE void dot_q4_0_x8_rows(const sf_block_q4_0_x8 *blk, const sf_act_32 *const *x, int R, int64_t nb,
+                                       float out[][8]) {
+    dot_q32_x8_rows((const uint8_t *)blk, x, R, nb, out, SF_W_Q4_0);
+}
+
 /* R as a constant in each case, so the loops over R unroll into registers. */
 #define SF_DOT_R4(DOT, group, x, R, nb, out)                                                   \
     switch (R) {                                                                               \
@@ -298,12 +312,13 @@ ROWS_X8(rows_q4_K_x8, dot_q4_K_x8_rows, sf_block_q4_K_x8, sf_act_k, SF_QKK)
 ROWS_X8(rows_q6_K_x8, dot_q6_K_x8_rows, sf_block_q6_K_x8, sf_act_k, SF_QKK)
 ROWS_X8(rows_q8_0_x8, dot_q8_0_x8_rows, sf_block_q8_0_x8, sf_act_32, SF_QK32)
 ROWS_X8(rows_q5_0_x8, dot_q5_0_x8_rows, sf_block_q5_0_x8, sf_act_32, SF_QK32)
+ROWS_X8(rows_q4_0_x8, dot_q4_0_x8_rows, sf_block_q4_0_x8, sf_act_32, SF_QK32)
 
 const struct sf_kernels sf_kernels_neon = {
     .name = "neon", .quant_k = quant_k, .quant_32 = quant_32,
     .q8_0 = sf_ref_rows_q8_0, .q5_0 = sf_ref_rows_q5_0, .q4_0 = sf_ref_rows_q4_0,
     .q4_K = sf_ref_rows_q4_K, .q6_K = sf_ref_rows_q6_K,
-    .q8_0_x8 = rows_q8_0_x8, .q5_0_x8 = rows_q5_0_x8, .q4_K_x8 = rows_q4_K_x8, .q6_K_x8 = rows_q6_K_x8,
+    .q8_0_x8 = rows_q8_0_x8, .q5_0_x8 = rows_q5_0_x8, .q4_0_x8 = rows_q4_0_x8, .q4_K_x8 = rows_q4_K_x8, .q6_K_x8 = rows_q6_K_x8,
     SF_LAYER_OPS,
 };
 

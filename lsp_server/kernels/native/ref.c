@@ -162,6 +162,7 @@ REF_ROWS(sf_ref_rows_q6_K, dot_q6_K, sf_act_k, SF_QKK)
 
 REF_ROWS_X8(rows_q8_0_x8, sf_block_q8_0_x8, sf_block_q8_0, sf_unpack_q8_0_x8, q8_0_term, sf_act_32, SF_QK32)
 REF_ROWS_X8(rows_q5_0_x8, sf_block_q5_0_x8, sf_block_q5_0, sf_unpack_q5_0_x8, q5_0_term, sf_act_32, SF_QK32)
+REF_ROWS_X8(rows_q4_0_x8, sf_block_q4_0_x8, sf_block_q4_0, sf_unpack_q4_0_x8, q4_0_term, sf_act_32, SF_QK32)
 REF_ROWS_X8(rows_q4_K_x8, sf_block_q4_K_x8, sf_block_q4_K, sf_unpack_q4_K_x8, q4_K_term, sf_act_k, SF_QKK)
 REF_ROWS_X8(rows_q6_K_x8, sf_block_q6_K_x8, sf_block_q6_K, sf_unpack_q6_K_x8, q6_K_term, sf_act_k, SF_QKK)
 
@@ -176,6 +177,7 @@ const struct sf_kernels sf_kernels_scalar = {
     .q6_K = sf_ref_rows_q6_K,
     .q8_0_x8 = rows_q8_0_x8,
     .q5_0_x8 = rows_q5_0_x8,
+    .q4_0_x8 = rows_q4_0_x8,
     .q4_K_x8 = rows_q4_K_x8,
     .q6_K_x8 = rows_q6_K_x8,
     SF_LAYER_OPS,
@@ -226,5 +228,52 @@ void sf_ref_dequantize_row(int type, const uint8_t *w, int64_t K, float *out) {
         break;
     default:
         break;
+    }
+}
+
+/* ---- quantization to Q4_0, as ggml's reference and gguf.quants round it ---- */
+
+/* fp32 -> fp16, rounding to nearest even (subnormals, overflow to inf; as numpy's astype) */
+static uint16_t fp32_to_fp16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    const uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu;
+    uint32_t mant = x & 0x7fffffu;
+    if (exp == 0xffu) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+    const int32_t e = (int32_t)exp - 127 + 15;
+    if (e >= 0x1f) return (uint16_t)(sign | 0x7c00u);
+    if (e <= 0) {  /* an fp16 subnormal (or zero): m * 2^-24 */
+        if (e < -10) return (uint16_t)sign;
+        mant |= 0x800000u;
+        const int shift = 14 - e;
+        uint32_t half = mant >> shift;
+        const uint32_t rest = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+        if (rest > mid || (rest == mid && (half & 1u))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t half = sign | ((uint32_t)e << 10) | (mant >> 13);
+    const uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) half++;  /* a carry rounds into the exponent */
+    return (uint16_t)half;
+}
+
+/* One row of K values -> K / 32 Q4_0 blocks: the value of largest magnitude (the first of
+ * equals) maps to -8, d = it / -8, q = min(15, trunc(x / d + 8.5)). */
+void sf_ref_quantize_row_q4_0(const float *x, int64_t K, sf_block_q4_0 *out) {
+    for (int64_t i = 0; i < K / SF_QK32; i++, x += SF_QK32) {
+        float amax = fabsf(x[0]), top = x[0];
+        for (int v = 1; v < 32; v++)
+            if (fabsf(x[v]) > amax) {
+                amax = fabsf(x[v]);
+                top = x[v];
+            }
+        const float d = top / -8.0f, inverse = d != 0.0f ? 1.0f / d : 0.0f;
+        const uint16_t h = fp32_to_fp16(d);
+        memcpy(&out[i].d, &h, sizeof h);
+        for (int j = 0; j < 16; j++) {
+            const float lo = x[j] * inverse + 8.5f, hi = x[16 + j] * inverse + 8.5f;
+            const int a = (int)lo, b = (int)hi;  /* both >= 0: trunc */
+            out[i].qs[j] = (uint8_t)((a > 15 ? 15 : a) | (b > 15 ? 15 : b) << 4);
+        }
     }
 }

@@ -26,7 +26,7 @@ extern "C" {
 #endif
 
 enum sf_type { SF_Q4_0 = 2, SF_Q5_0 = 6, SF_Q8_0 = 8, SF_Q4_K = 12, SF_Q6_K = 14,  /* ggml type ids */
-               SF_Q5_0_X8 = 106, SF_Q8_0_X8 = 108, SF_Q4_K_X8 = 112, SF_Q6_K_X8 = 114 };  /* after sf_repack */
+               SF_Q4_0_X8 = 102, SF_Q5_0_X8 = 106, SF_Q8_0_X8 = 108, SF_Q4_K_X8 = 112, SF_Q6_K_X8 = 114 };  /* after sf_repack */
 enum sf_variant { SF_SCALAR = 0, SF_AVX2 = 1, SF_AVX512 = 2, SF_NEON = 3, SF_NVARIANTS = 4 };
 
 enum sf_error {
@@ -58,7 +58,7 @@ size_t sf_row_bytes(int type, int64_t K);         /* 0 if K is not a positive mu
 /* y [M, N] = x [M, K] . W [N, K]^T; W is N rows of sf_row_bytes(type, K) bytes. 0 or sf_error. */
 int sf_matmul(int type, const void *w, int64_t N, int64_t K, const float *x, int64_t M, float *y);
 
-/* Q8_0, Q5_0, Q4_K or Q6_K rows repacked 8 by 8 for the kernels (same bytes, lossless): out
+/* Q8_0, Q5_0, Q4_0, Q4_K or Q6_K rows repacked 8 by 8 for the kernels (same bytes, lossless): out
  * receives N rows of sf_row_bytes(type, K) bytes and is then passed to sf_matmul as the
  * returned type (type + 100) with the same
  * N and K, giving the same bits as the plain rows. N must be a multiple of 8. Returns the
@@ -113,6 +113,12 @@ int sf_layer_step(const struct sf_layer *layer, float *x, int64_t M, const float
 /* The reference dequantizer (scalar, matches gguf.quants.dequantize bit for bit); not for
  * repacked types. */
 int sf_dequantize_rows(int type, const void *w, int64_t rows, int64_t K, float *out);
+
+/* Rows of a plain block type dequantized (as sf_dequantize_rows) and quantized again to
+ * to_type, today Q4_0 only, with ggml's reference rounding (gguf.quants.quantize gives the
+ * same bytes): for a draft model, whose weights may be coarser than its file's (they change
+ * acceptance, never the output). out receives rows * sf_row_bytes(to_type, K) bytes. */
+int sf_requantize_rows(int type, const void *w, int64_t rows, int64_t K, int to_type, void *out);
 
 /* Test hooks: the activation blocks sf_matmul makes (with the current variant) for weights
  * of `type`; out must hold M * sf_act_row_bytes(type, K) bytes. */

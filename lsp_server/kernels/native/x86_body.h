@@ -678,7 +678,7 @@ SF_ALWAYS_INLINE void dot_q6_K_x8_rows(const sf_block_q6_K_x8 *blk, const sf_act
 
 ROWS_X8K(rows_q6_K_x8, dot_q6_K_x8_rows, sf_block_q6_K_x8, sf_act_k, SF_QKK)
 
-/* ---- Q8_0 and Q5_0 repacked 8 rows by 8 ---- */
+/* ---- Q8_0, Q5_0 and Q4_0 repacked 8 rows by 8 ---- */
 
 /* the sum of a block's 32 activations, in every lane */
 static inline __m256i act_sum32(const int8_t *xq) {
@@ -700,10 +700,11 @@ static inline __m256i q5_0_high(__m256i qh, int c) {
 /* As the K-quant x8 kernels, for 32-value blocks: lane n = weight row n, sf_q32_term per
  * block. Q8_0: VNNI takes w + 128 as u8 and subtracts 128 * sum(x); AVX2 uses maddubs'
  * sign trick (|w| * (x * sign w), <= 2*128*127 per pair). Q5_0: q in 0..31, minus 16 * sum(x)
- * (AVX2: four quads of maddubs pairs as int16, <= 4*2*31*127 = 31496). */
+ * (AVX2: four quads of maddubs pairs as int16, <= 4*2*31*127 = 31496); Q4_0 the same with
+ * q in 0..15, minus 8 * sum(x). */
 #if SF_X86_VNNI
-/* Q8_0 / Q5_0 x8, one block, 512 bits: sumi[k] lane n = <w_n, x_k> for weight row n. The
- * weights go in unsigned (Q8_0 as w + 128, Q5_0 as q = w + 16), and the offset times the
+/* Q8_0 / Q5_0 / Q4_0 x8, one block, 512 bits: sumi[k] lane n = <w_n, x_k> for weight row n.
+ * The weights go in unsigned (Q8_0 as w + 128, Q5_0 as q = w + 16, Q4_0 as q = w + 8), and the offset times the
  * block's activation sum comes off through a vpdpbusd of the offset byte against the same
  * activation quads (no horizontal sum a row and block). u[t] holds quads 2j, 2j + 1 of the
  * 8 rows in lane pairs (interleave_quads) and meets activations 8t..8t+7: Q8_0 t = j; Q5_0's
@@ -718,23 +719,25 @@ SF_ALWAYS_INLINE void q32_x8_ints_zmm(const uint8_t *g, const sf_act_32 *const *
         const sf_block_q8_0_x8 *b8 = (const sf_block_q8_0_x8 *)g;
         for (int t = 0; t < 4; t++)
             u[t] = _mm512_xor_si512(interleave_quads(_mm512_loadu_si512(b8->qs[2 * t])), _mm512_set1_epi8((char)0x80));
-    } else {
-        const sf_block_q5_0_x8 *b5 = (const sf_block_q5_0_x8 *)g;
+    } else {  /* Q5_0 and Q4_0: the same nibbles; Q5_0 adds its fifth bits */
+        const uint8_t(*qs)[32] = kind == SF_W_Q5_0 ? ((const sf_block_q5_0_x8 *)g)->qs : ((const sf_block_q4_0_x8 *)g)->qs;
         const __m512i m4 = _mm512_set1_epi8(0x0f), bits = _mm512_set1_epi64((int64_t)0x8040201008040201ULL);
-        const __m512i qh = lane_pairs(loadu(b5->qh));
         for (int j = 0; j < 2; j++) {
-            const __m512i W = interleave_quads(_mm512_loadu_si512(b5->qs[2 * j]));
+            const __m512i W = interleave_quads(_mm512_loadu_si512(qs[2 * j]));
             u[j] = _mm512_and_si512(W, m4);
             u[2 + j] = _mm512_and_si512(_mm512_srli_epi16(W, 4), m4);
         }
-        for (int t = 0; t < 4; t++) {
-            const char a = (char)t, b = (char)(4 + t), c = (char)(8 + t), e = (char)(12 + t);
-            const __m512i spread = _mm512_shuffle_epi8(qh, _mm512_broadcast_i32x4(
-                _mm_setr_epi8(a, a, a, a, b, b, b, b, c, c, c, c, e, e, e, e)));
-            u[t] = _mm512_mask_add_epi8(u[t], _mm512_test_epi8_mask(spread, bits), u[t], _mm512_set1_epi8(0x10));
+        if (kind == SF_W_Q5_0) {
+            const __m512i qh = lane_pairs(loadu(((const sf_block_q5_0_x8 *)g)->qh));
+            for (int t = 0; t < 4; t++) {
+                const char a = (char)t, b = (char)(4 + t), c = (char)(8 + t), e = (char)(12 + t);
+                const __m512i spread = _mm512_shuffle_epi8(qh, _mm512_broadcast_i32x4(
+                    _mm_setr_epi8(a, a, a, a, b, b, b, b, c, c, c, c, e, e, e, e)));
+                u[t] = _mm512_mask_add_epi8(u[t], _mm512_test_epi8_mask(spread, bits), u[t], _mm512_set1_epi8(0x10));
+            }
         }
     }
-    const __m512i offset = _mm512_set1_epi8(kind == SF_W_Q8_0 ? (char)0x80 : 0x10);
+    const __m512i offset = _mm512_set1_epi8(kind == SF_W_Q8_0 ? (char)0x80 : kind == SF_W_Q5_0 ? 0x10 : 0x08);
     for (int k = 0; k < R; k++) {
         __m512i s = _mm512_setzero_si512(), o = _mm512_setzero_si512();
         for (int t = 0; t < 4; t++) {
@@ -749,7 +752,8 @@ SF_ALWAYS_INLINE void q32_x8_ints_zmm(const uint8_t *g, const sf_act_32 *const *
 
 SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const *x, int R, int64_t nb,
                                       float out[][8], int kind) {
-    const size_t bsize = kind == SF_W_Q8_0 ? sizeof(sf_block_q8_0_x8) : sizeof(sf_block_q5_0_x8);
+    const size_t bsize = kind == SF_W_Q8_0 ? sizeof(sf_block_q8_0_x8)
+                       : kind == SF_W_Q5_0 ? sizeof(sf_block_q5_0_x8) : sizeof(sf_block_q4_0_x8);
     __m256 acc[SF_X8_RMAX][8];
     for (int k = 0; k < R; k++)
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
@@ -772,16 +776,20 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
                     sumi[k] = _mm256_add_epi32(sumi[k], _mm256_madd_epi16(
                         _mm256_maddubs_epi16(A, _mm256_sign_epi8(bcast32(x[k][i].qs + 4 * q), W)), _mm256_set1_epi16(1)));
             }
-        } else {
-            const sf_block_q5_0_x8 *b5 = (const sf_block_q5_0_x8 *)g;
-            const __m256i qh = loadu(b5->qh);
+        } else {  /* Q5_0 and Q4_0: the same nibbles; Q5_0 adds its fifth bits */
+            const int five = kind == SF_W_Q5_0;
+            const uint8_t(*qs)[32] = five ? ((const sf_block_q5_0_x8 *)g)->qs : ((const sf_block_q4_0_x8 *)g)->qs;
+            const __m256i qh = five ? loadu(((const sf_block_q5_0_x8 *)g)->qh) : _mm256_setzero_si256();
             __m256i alo[SF_X8_RMAX], ahi[SF_X8_RMAX];
             for (int k = 0; k < R; k++) alo[k] = ahi[k] = _mm256_setzero_si256();
             _Pragma("GCC unroll 8")
             for (int q = 0; q < 4; q++) {
-                const __m256i P = loadu(b5->qs[q]);
-                const __m256i lo = _mm256_or_si256(_mm256_and_si256(P, m4), q5_0_high(qh, q));
-                const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(P, 4), m4), q5_0_high(qh, q + 4));
+                const __m256i P = loadu(qs[q]);
+                __m256i lo = _mm256_and_si256(P, m4), hi = _mm256_and_si256(_mm256_srli_epi16(P, 4), m4);
+                if (five) {
+                    lo = _mm256_or_si256(lo, q5_0_high(qh, q));
+                    hi = _mm256_or_si256(hi, q5_0_high(qh, q + 4));
+                }
                 for (int k = 0; k < R; k++) {
                     const int8_t *xq = x[k][i].qs + 4 * q;
                     add_quads(&alo[k], &ahi[k], lo, hi, xq, 16);
@@ -790,7 +798,7 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
             for (int k = 0; k < R; k++) {
                 const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(alo[k], _mm256_set1_epi16(1)),
                                                    _mm256_madd_epi16(ahi[k], _mm256_set1_epi16(1)));
-                sumi[k] = _mm256_sub_epi32(s, _mm256_slli_epi32(act_sum32(x[k][i].qs), 4));
+                sumi[k] = _mm256_sub_epi32(s, _mm256_slli_epi32(act_sum32(x[k][i].qs), five ? 4 : 3));
             }
         }
 #endif
@@ -817,7 +825,13 @@ SF_ALWAYS_INLINE void dot_q5_0_x8_rows(const sf_block_q5_0_x8 *blk, const sf_act
 }
 
 ROWS_X8(rows_q8_0_x8, dot_q8_0_x8_rows, sf_block_q8_0_x8, sf_act_32, SF_QK32)
+SF_ALWAYS_INLINE void dot_q4_0_x8_rows(const sf_block_q4_0_x8 *blk, const sf_act_32 *const *x, int R, int64_t nb,
+                                       float out[][8]) {
+    dot_q32_x8_rows((const uint8_t *)blk, x, R, nb, out, SF_W_Q4_0);
+}
+
 ROWS_X8(rows_q5_0_x8, dot_q5_0_x8_rows, sf_block_q5_0_x8, sf_act_32, SF_QK32)
+ROWS_X8(rows_q4_0_x8, dot_q4_0_x8_rows, sf_block_q4_0_x8, sf_act_32, SF_QK32)
 
 /* ---- Q6_K ---- */
 
@@ -884,7 +898,7 @@ ROWS_BY_R(rows_q6_K, dot_q6_K_rows, sf_block_q6_K)
     {                                                                                          \
         .name = NAME, .quant_k = quant_k, .quant_32 = quant_32, .q8_0 = rows_q8_0,             \
         .q5_0 = rows_q5_0, .q4_0 = rows_q4_0, .q4_K = rows_q4_K, .q6_K = rows_q6_K,            \
-        .q8_0_x8 = rows_q8_0_x8, .q5_0_x8 = rows_q5_0_x8, .q4_K_x8 = rows_q4_K_x8,            \
+        .q8_0_x8 = rows_q8_0_x8, .q5_0_x8 = rows_q5_0_x8, .q4_0_x8 = rows_q4_0_x8, .q4_K_x8 = rows_q4_K_x8,            \
         .q6_K_x8 = rows_q6_K_x8, SF_LAYER_OPS,                                                 \
     }
 
