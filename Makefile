@@ -84,6 +84,9 @@ bench-policy: models ## syntax-aware policy vs fixed k, per context class
 bench-quality: models ## completion quality on 40 held-out spots of installed third-party code, vs the plain model
 	$(SPECFILL) bench quality --spots 40 --out $(OUT)/quality
 
+bench-agreement: models ## the native target's top-1 against the same GGUF dequantized to fp32, forced, 10 prompts x 64 tokens (~3 min, ~9 GB)
+	$(SPECFILL) bench agreement --limit 10 --tokens 64 --out $(OUT)/agreement
+
 bench-bound: models ## the fastest any k controller could be on make bench's prompts (run make bench first)
 	$(SPECFILL) bench bound --from $(OUT)/engine --out $(OUT)/bound
 
@@ -94,4 +97,4 @@ bench-peers: models llama-server ## specfill vs llama.cpp (its C++ server and ll
 clean: ## remove build outputs (keeps .venv and the model cache)
 	rm -rf build dist *.egg-info editors/vscode/dist editors/vscode/*.vsix .pytest_cache
 
-.PHONY: help setup models demo editor-deps editors llama-server llama-bench-avx2 cross-deps test test-remote test-fast test-robustness soak test-slow test-editors bench bench-kernels bench-lsp bench-policy bench-quality bench-bound bench-peers clean
+.PHONY: help setup models demo editor-deps editors llama-server llama-bench-avx2 cross-deps test test-remote test-fast test-robustness soak test-slow test-editors bench bench-kernels bench-lsp bench-policy bench-quality bench-agreement bench-bound bench-peers clean

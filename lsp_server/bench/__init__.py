@@ -15,6 +15,7 @@ BENCHMARKS = {
     "peers": ("lsp_server.bench.peers", "specfill vs llama.cpp on the same GGUF files"),
     "remote": ("lsp_server.bench.remote_bench", "specfill in front of real llama-servers: overhead, cancel, failover"),
     "quality": ("lsp_server.bench.quality", "completion quality on held-out real code, through the server"),
+    "agreement": ("lsp_server.bench.agreement", "native kernels' top-1 against the same GGUF dequantized to fp32"),
     "bound": ("lsp_server.bench.bound", "the fastest any draft-length controller could be on a run's prompts"),
 }
 

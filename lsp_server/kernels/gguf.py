@@ -261,21 +261,50 @@ Q4_0 = 2
 BITS = {2: 4.5, 6: 5.5, 8: 8.5, 12: 4.5, 14: 6.5625}
 
 
+# Layers that read one input and fuse into one product (kernels.fuse): requantized into one
+# buffer, back to back, so that the fused layer's blocks are a view of them, not a copy.
+_SIBLINGS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def _coarser_than_q4_0(module: nn.Module) -> bool:
+    return isinstance(module, GGUFLinear) and BITS[module.type_id] > BITS[Q4_0] and module.in_features % 32 == 0
+
+
 def requantize_to_q4_0(model: nn.Module) -> tuple[int, int]:
     """Each GGUFLinear whose blocks cost more than Q4_0's 4.5 bits a weight (Q5_0, Q8_0,
     Q6_K) gets its weights requantized to Q4_0 (native.requantize: its own dequantized
-    values, ggml's reference rounding). For a
-    draft model only: its weights change which tokens it proposes (acceptance), never the
-    output, which the target's verify decides. Returns (bytes before, bytes after) of the
-    layers it changed."""
+    values, ggml's reference rounding). For a draft model only: its weights change which
+    tokens it proposes (acceptance), never the output, which the target's verify decides.
+    Returns (bytes before, bytes after) of the layers it changed."""
     before = after = 0
+    done: set[str] = set()
     for name, module in list(model.named_modules()):
-        if not isinstance(module, GGUFLinear) or BITS[module.type_id] <= BITS[Q4_0] or module.in_features % 32:
+        if name in done or not _coarser_than_q4_0(module):
             continue
-        blocks = native.requantize(module.type_id, module.blocks, module.in_features, Q4_0)
-        before, after = before + module.blocks.numel(), after + blocks.numel()
-        _replace(model, name, GGUFLinear(blocks, Q4_0, module.in_features, module.bias))
+        owner, _, attr = name.rpartition(".")
+        siblings = next((group for group in _SIBLINGS if attr in group), (attr,))
+        names = [f"{owner}.{n}" if owner else n for n in siblings]
+        parts = [getattr(model.get_submodule(owner) if owner else model, n, None) for n in siblings]
+        if not all(p is not None and _coarser_than_q4_0(p) and p.in_features == module.in_features for p in parts):
+            names = [name]  # a sibling stays as it is: this one alone
+        done.update(names)
+        b, a = _requantize(names, model)
+        before, after = before + b, after + a
     return before, after
+
+
+def _requantize(names: list[str], model: nn.Module) -> tuple[int, int]:
+    parts = [model.get_submodule(n) for n in names]
+    K = parts[0].in_features
+    size = native.row_bytes(Q4_0, K)
+    buffer = torch.empty(sum(p.out_features for p in parts), size, dtype=torch.uint8)
+    start = 0
+    for name, module in zip(names, parts):
+        blocks = buffer[start:start + module.out_features]
+        native.requantize(module.type_id, module.blocks, K, Q4_0, out=blocks)
+        start += module.out_features
+        _replace(model, name, GGUFLinear(blocks, Q4_0, K, module.bias))
+    return sum(p.blocks.numel() for p in parts), buffer.numel()
 
 
 def _replace(model: nn.Module, name: str, module: nn.Module) -> None:

@@ -296,3 +296,28 @@ def test_a_tensor_type_without_a_kernel_is_named_with_a_way_out(files, tmp_path)
     write_gguf(model, tmp_path / "model.gguf", {"blk.1.ffn_up.weight": 1})  # F16
     with pytest.raises(UnsupportedTensor, match=r"blk\.1\.ffn_up\.weight is F16.*requantize"):
         load_gguf_model(tmp_path, tmp_path / "model.gguf")
+
+
+def test_bench_agreements_reference_is_the_files_weights_dequantized_and_counts_ties_apart(files):
+    from lsp_server.bench import agreement
+
+    model = load(files, "target")
+    fuse_projections(model)
+    want = dequantized_twin(files["target"][0], files["target"][1] / "model.gguf")  # gguf.quants' values
+    got = agreement.dequantized_twin(model)
+    ids = torch.randint(0, 256, (1, 20), generator=torch.Generator().manual_seed(4))
+    with torch.inference_mode():
+        assert torch.equal(got(input_ids=ids).logits, want(input_ids=ids).logits)
+    logits = torch.tensor([[0.0, 3.0, 1.0], [2.0, 2.0 - agreement.NEAR_TIE / 2, 0.0], [5.0, 0.0, 1.0]])
+    assert agreement.compare([1, 1, 2], logits) == {"positions": 3, "agree": 1, "near_ties": 1,
+                                                    "margins": [agreement.NEAR_TIE / 2, 4.0]}
+
+
+def test_a_requantized_drafts_fused_layers_are_views_of_its_new_blocks_not_copies(files):
+    draft = load(files, "draft")
+    requantize_to_q4_0(draft)
+    fuse_projections(draft)
+    for layer in draft.model.layers:
+        for owner, attr, first in ((layer.self_attn, "_specfill_qkv", "q_proj"), (layer.mlp, "_specfill_gate_up", "gate_proj")):
+            fused = getattr(owner, attr).module
+            assert fused.blocks.data_ptr() == getattr(owner, first).blocks.data_ptr()

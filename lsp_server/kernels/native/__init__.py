@@ -374,14 +374,20 @@ def dequantize(type_id: int, weight: "torch.Tensor", K: int) -> "torch.Tensor":
     return out  # [N, K]
 
 
-def requantize(type_id: int, weight: "torch.Tensor", K: int, to_type: int) -> "torch.Tensor":
+def requantize(type_id: int, weight: "torch.Tensor", K: int, to_type: int,
+               out: "torch.Tensor | None" = None) -> "torch.Tensor":
     """weight [N, row_bytes] in `type_id` blocks, dequantized and quantized again to `to_type`
-    (Q4_0 only) with ggml's reference rounding -> [N, row_bytes(to_type, K)] uint8."""
+    (Q4_0 only) with ggml's reference rounding -> out [N, row_bytes(to_type, K)] uint8."""
     import torch
 
     lib = _need_lib()
     N = _check_weight(type_id, weight, K)
-    out = torch.empty(N, row_bytes(to_type, K), dtype=torch.uint8)
+    if out is None:
+        out = torch.empty(N, row_bytes(to_type, K), dtype=torch.uint8)
+    else:
+        _check_tensor("out", out, torch.uint8, 2)
+        if tuple(out.shape) != (N, row_bytes(to_type, K)):
+            raise ValueError(f"out must be [{N}, {row_bytes(to_type, K)}], got {tuple(out.shape)}")
     _raise_on(lib.sf_requantize_rows(type_id, weight.data_ptr(), N, K, to_type, out.data_ptr()), "requantize")
     return out
 
