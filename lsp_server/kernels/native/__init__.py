@@ -211,11 +211,11 @@ def matmul(type_id: int, weight: "torch.Tensor", x: "torch.Tensor",
 
 
 class Weight:
-    """A weight checked once, for the calls of a decode step: each `matmul` then costs the
-    C call and little else (the checks of `matmul` above cost ~3x the call itself on a
-    small layer, and a 1.5B model makes 141 calls a step).
+    """A weight checked once, for the many calls of prompts and heads: each `matmul` then
+    costs the C call and little else (the checks of `matmul` above cost ~3x the call itself
+    on a small layer). A decode step's layers pass its pointer to `Layer` instead.
 
-    Q8_0, Q5_0, Q4_K and Q6_K with N a multiple of 8 are repacked 8 rows by 8 (sf_repack: a
+    Q8_0, Q5_0, Q4_0, Q4_K and Q6_K with N a multiple of 8 are repacked 8 rows by 8 (sf_repack: a
     copy of the same bytes, the same bits out) unless `repack` is False; otherwise `weight`
     itself is used and kept alive."""
 

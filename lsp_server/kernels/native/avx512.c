@@ -12,7 +12,7 @@
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
 #define SF_X86_VNNI 1
 #define SF_X86_RMAX 8  /* 32 vector registers */
-#define SF_X8_RMAX 8    /* rows per pass over a repacked group: Q8_0, Q5_0 */
+#define SF_X8_RMAX 8    /* rows per pass over a repacked group: Q8_0, Q5_0, Q4_0 */
 #define SF_X8K_RMAX 13  /* Q4_K, Q6_K: one zmm a row (q4_K_x8_ints_zmm); 14+ spilled (bench kernels) */
 #include "x86_body.h"
 
