@@ -92,6 +92,7 @@ def layer(layer: torch.nn.Module, x: torch.Tensor, kv, i: int, past: int, cos: t
     """x [T, H] (contiguous fp32, updated in place) after decoder layer `layer` (index i) at
     positions past..past+T-1; writes the layer's keys and values into kv (lean_step.StaticKV)."""
     if kv.keys.dtype != torch.float32 or x.dtype != torch.float32 or not x.is_contiguous():
+        shape = "" if x.is_contiguous() else " (not contiguous)"
         raise ValueError(f"the native layer step takes contiguous fp32 rows and an fp32 cache, not "
-                         f"{x.dtype} rows{'' if x.is_contiguous() else ' (not contiguous)'} and a {kv.keys.dtype} cache")
+                         f"{x.dtype} rows{shape} and a {kv.keys.dtype} cache")
     return _plan(layer, config).step(x, cos, sin, kv.keys, kv.values, i, past)

@@ -5,8 +5,9 @@ multiplied there by our native kernels (`kernels.native`): nothing is dequantize
 converted at load (the kernels' 8-row repacking copies the same bytes), and a weight's
 bytes are read from the page cache the first time a step needs them. The one exception is
 a draft's (`requantize_to_q4_0`): its weights only decide what it proposes, so its finer
-blocks are made Q4_0 at load for fewer bytes a step. Norms and biases (F32 in the file) become fp32 parameters; the
-token embedding stays in its blocks too, and a lookup dequantizes the rows it needs.
+blocks are made Q4_0 at load for fewer bytes a step. Norms and biases (F32 in the file)
+become fp32 parameters; the token embedding stays in its blocks too, and a lookup
+dequantizes the rows it needs.
 
 Activations are fp32: on CPUs without native bf16 (AVX2 machines) fp32 is the fast float
 type, and the kernels take fp32 rows anyway (they quantize each row to int8 themselves).
@@ -30,8 +31,10 @@ from ..models.gguf_index import tensor_table
 from . import native
 
 # ggml type ids of the tensors the native kernels multiply, and the plain float ones.
-F32, F16 = 0, 1
+F32, F16, Q4_0 = 0, 1, 2
 NATIVE_TYPES = native.TYPES
+# bits a weight of each native block type costs (its scales included)
+BITS = {2: 4.5, 6: 5.5, 8: 8.5, 12: 4.5, 14: 6.5625}
 
 # Hugging Face module names of a Qwen2 / Llama-style decoder -> GGUF tensor names.
 _LAYER_NAMES = {
@@ -254,11 +257,6 @@ def load_gguf_model(config_dir: Path | None, gguf_path: Path) -> nn.Module:
     model.gguf_file = file  # keeps the map alive as long as the model
     model.eval()
     return model
-
-
-Q4_0 = 2
-# bits a weight of each block type costs (its scales included)
-BITS = {2: 4.5, 6: 5.5, 8: 8.5, 12: 4.5, 14: 6.5625}
 
 
 # Layers that read one input and fuse into one product (kernels.fuse): requantized into one

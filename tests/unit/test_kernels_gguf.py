@@ -159,7 +159,10 @@ def _layer_by_calls(layer, x, keys, values, past, cos, sin):
     return x + linear(mlp.down_proj, native.silu_mul(gate_up, torch.empty(x.shape[0], mlp.down_proj.in_features)))
 
 
-@pytest.mark.parametrize("variant", [v for v in native.VARIANTS if native.available() and v in native.variants_supported()])
+RUNNABLE = [v for v in native.VARIANTS if native.available() and v in native.variants_supported()]
+
+
+@pytest.mark.parametrize("variant", RUNNABLE)
 def test_the_one_call_layer_step_equals_the_layers_calls_one_by_one_bit_for_bit(files, variant):
     from lsp_server.engine.lean_step import StaticKV, _rope_table
 
@@ -318,6 +321,7 @@ def test_a_requantized_drafts_fused_layers_are_views_of_its_new_blocks_not_copie
     requantize_to_q4_0(draft)
     fuse_projections(draft)
     for layer in draft.model.layers:
-        for owner, attr, first in ((layer.self_attn, "_specfill_qkv", "q_proj"), (layer.mlp, "_specfill_gate_up", "gate_proj")):
+        for owner, attr, first in ((layer.self_attn, "_specfill_qkv", "q_proj"),
+                                   (layer.mlp, "_specfill_gate_up", "gate_proj")):
             fused = getattr(owner, attr).module
             assert fused.blocks.data_ptr() == getattr(owner, first).blocks.data_ptr()
