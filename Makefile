@@ -84,7 +84,7 @@ bench-policy: models ## syntax-aware policy vs fixed k, per context class
 bench-quality: models ## completion quality on 40 held-out spots of installed third-party code, vs the plain model
 	$(SPECFILL) bench quality --spots 40 --out $(OUT)/quality
 
-bench-agreement: models ## the native target's top-1 against the same GGUF dequantized to fp32, forced, 10 prompts x 64 tokens (~3 min, ~9 GB)
+bench-agreement: models ## the native target's top-1 against the same GGUF dequantized to fp32, forced, 10 prompts x 64 tokens (~3 min; the fp32 reference holds ~7 GB)
 	$(SPECFILL) bench agreement --limit 10 --tokens 64 --out $(OUT)/agreement
 
 bench-bound: models ## the fastest any k controller could be on make bench's prompts (run make bench first)

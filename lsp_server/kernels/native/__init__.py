@@ -350,7 +350,6 @@ class Layer:
         self._c = ctypes.byref(c)
         self._struct = c
         self._call = _need_lib().sf_layer_step
-        self.hidden = hidden
 
     def step(self, x: "torch.Tensor", cos: "torch.Tensor", sin: "torch.Tensor", keys: "torch.Tensor",
              values: "torch.Tensor", layer: int, past: int) -> "torch.Tensor":

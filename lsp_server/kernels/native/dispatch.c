@@ -379,6 +379,17 @@ static void mm_share(const void *p, int s, int ns) {
     if (n1 > n0) c->fn(c->w + (size_t)n0 * c->wrb, c->wrb, n1 - n0, c->xq, c->xrb, c->M, c->K, c->y + n0, c->ldy);
 }
 
+/* The shares a job runs in: `wanted` by its work, at most one a thread and one a unit it
+ * cannot split (the split never changes a result); the pool is made ready for them. Under
+ * call_mu. */
+static int job_shares(int64_t wanted, int64_t units) {
+    if (wanted > want_threads) wanted = want_threads;
+    if (wanted > units) wanted = units;
+    if (wanted < 1) wanted = 1;
+    if (wanted > 1) pool_ensure(want_threads);
+    return (int)wanted;
+}
+
 /* A buffer of at least `bytes`, grown (never shrunk) and kept across calls; under call_mu.
  * NULL if it cannot grow (the old buffer is kept). */
 static void *scratch_grow(void **buf, size_t *cap, size_t bytes) {
@@ -406,12 +417,7 @@ static int matmul_locked(const struct sf_kernels *k, int type, const void *w, in
 
     const struct mm_ctx c = {rows_fn(k, type), w, sf_row_bytes(type, K), xrb, xq, N, M, K,
                              (N + SF_ROW_ALIGN - 1) / SF_ROW_ALIGN, y, ldy};
-    int64_t shares = N * K / SF_MIN_SHARE_VALUES;  /* the split never changes a result */
-    if (shares > want_threads) shares = want_threads;
-    if (shares > c.units) shares = c.units;
-    if (shares < 1) shares = 1;
-    if (shares > 1) pool_ensure(want_threads);
-    const struct job j = {mm_share, &c, (int)shares};
+    const struct job j = {mm_share, &c, job_shares(N * K / SF_MIN_SHARE_VALUES, c.units)};
     run_job(&j);
     return SF_OK;
 }
@@ -489,11 +495,7 @@ int sf_requantize_rows(int type, const void *w, int64_t rows, int64_t K, int to_
     ensure_init();
     struct rq_ctx c = {type, w, out, rb, ob, rows, K, 0};
     pthread_mutex_lock(&call_mu);
-    int64_t shares = rows * K / SF_MIN_SHARE_VALUES;  /* each row is its own: the split changes nothing */
-    if (shares > want_threads) shares = want_threads;
-    if (shares < 1) shares = 1;
-    if (shares > 1) pool_ensure(want_threads);
-    const struct job j = {rq_share, &c, (int)shares};
+    const struct job j = {rq_share, &c, job_shares(rows * K / SF_MIN_SHARE_VALUES, rows)};  /* rows are their own */
     run_job(&j);
     pthread_mutex_unlock(&call_mu);
     return atomic_load(&c.failed) ? SF_ENOMEM : SF_OK;
@@ -564,15 +566,12 @@ static int attention_locked(const struct sf_kernels *kern, float *q, int64_t q_s
             memcpy(v_cache + at, v + j * kv_stride + g * D, (size_t)D * sizeof(float));
         }
     }
-    int64_t shares = M * H * (past + M) * D * 8 / SF_MIN_SHARE_VALUES;  /* a share: 32k multiply-adds at least */
-    if (shares > want_threads) shares = want_threads;
-    if (shares > M * H) shares = M * H;
-    if (shares < 1) shares = 1;
+    /* a share: 32k multiply-adds at least */
+    const int shares = job_shares(M * H * (past + M) * D * 8 / SF_MIN_SHARE_VALUES, M * H);
     if (scratch_grow(&attn_scratch, &attn_scratch_cap, (size_t)shares * (size_t)(past + M) * sizeof(float)) == NULL)
         return SF_ENOMEM;
-    if (shares > 1) pool_ensure(want_threads);
     const struct attn_ctx c = {kern, q, k_cache, v_cache, q_stride, M, H, H / KV, D, cap, past, past + M, scale, out};
-    const struct job jb = {attn_share, &c, (int)shares};
+    const struct job jb = {attn_share, &c, shares};
     run_job(&jb);
     return SF_OK;
 }
