@@ -26,12 +26,12 @@ class ModelConfig:
     dtype: str = "auto"  # auto | bf16 | fp16 | fp32
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     threads: int = 0  # torch CPU threads; 0 = torch's default
-    # Quantization on CPU (gguf | bf16 | int8 | int4 | mixed | w8a8, "-gN" group size of int4
-    # layers). gguf: the GGUF file's own blocks on specfill's native kernels (kernels/gguf.py).
-    # The target's choice changes its outputs (speculation stays lossless against the
-    # quantized target); the draft's only changes how often its guesses are accepted.
-    # auto: bf16 on CUDA; on CPU gguf where the native kernels run and the model has a GGUF
-    # file, else w8a8 on zentorch where it runs, else int4-g32 (backends/local_runtime.py).
+    # Weights (auto | gguf | bf16). gguf: the GGUF file's own blocks on specfill's native
+    # kernels (kernels/gguf.py), CPU only. bf16: the dense weights in torch, at model.dtype.
+    # The target's choice changes its outputs (speculation stays lossless against the target
+    # as it runs); the draft's only changes how often its guesses are accepted.
+    # auto: gguf on a CPU where the native kernels run and the model has a GGUF file, else
+    # bf16 (backends/local_runtime.py).
     quant: str = "auto"
     draftQuant: str = "auto"
     cacheDir: str = ""  # "" = $SPECFILL_CACHE or ~/.cache/specfill
@@ -131,16 +131,18 @@ _RANGES: dict[str, tuple[float, float]] = {
 }
 
 
-# The tags `lsp_server.kernels.quantize.QuantConfig.parse` accepts, checked here without
-# importing torch (the event loop must not stall on a 2 s import during `initialize`).
-_QUANT_TAG = re.compile(r"^(auto|gguf|bf16|int8|(int4|mixed|w8a8)(-g(32|64|128|256))?)(-nohead)?$")
+_QUANT_TAGS = ("auto", "gguf", "bf16")
+# Tags earlier versions took, for their own message: a settings file may still hold one.
+_REMOVED_QUANT = re.compile(r"^(int8|(int4|mixed|w8a8)(-g(32|64|128|256))?)(-nohead)?$")
 
 
 def _quant_problem(path: str, value: str) -> str | None:
-    if _QUANT_TAG.match(value):
+    if value in _QUANT_TAGS:
         return None
-    return (f"{path} must be auto, gguf, bf16, int8, int4[-gN], mixed[-gN] or w8a8[-gN] (N in 32, 64, 128, 256), "
-            f"got {value!r}")
+    if _REMOVED_QUANT.match(value):
+        return (f"{path} {value!r} is no longer offered: specfill's native kernels replaced zentorch's "
+                "W8A8 and torch's int4 / int8 weights (faster on every CPU); set it to auto")
+    return f"{path} must be auto, gguf or bf16, got {value!r}"
 
 
 def _urls_problem(urls: tuple) -> str | None:

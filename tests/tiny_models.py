@@ -35,8 +35,9 @@ class CharTokenizer:
 
 
 def qwen2_for_fusing(seed: int, dtype: torch.dtype = torch.float32) -> Qwen2ForCausalLM:
-    """A 2-layer Qwen2 whose k and v are 64 rows wide (packed int4 rows concatenate in
-    blocks of 64 on AVX-512), weights drawn wide enough that quantization matters."""
+    """A 2-layer Qwen2 whose matrices are whole GGUF blocks wide (K = 128, 256) and whole
+    groups of 8 rows tall (the native kernels' repacking), weights drawn wide enough that
+    quantization matters."""
     config = Qwen2Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
     torch.manual_seed(seed)
@@ -46,18 +47,3 @@ def qwen2_for_fusing(seed: int, dtype: torch.dtype = torch.float32) -> Qwen2ForC
             if p.dim() == 2:
                 p.normal_(0.0, 0.08)
     return model.to(dtype)
-
-
-def assert_same_logits_feed_after_feed(reference: Qwen2ForCausalLM, model: Qwen2ForCausalLM) -> None:
-    """`model`'s lean steps and transformers' forward on it give `reference`'s lean logits
-    bit for bit, over prefills, verifies and steps into one cache."""
-    from lsp_server.engine.cache import KVSlot, LeanSlot
-
-    seq = torch.randint(0, 256, (120,), generator=torch.Generator().manual_seed(0)).tolist()
-    feeds = [(0, 40), (40, 41), (41, 46), (46, 90), (90, 91), (91, 120)]  # prefills, verifies, steps
-    expected_slot, lean, transformers_path = LeanSlot(reference), LeanSlot(model), KVSlot(model)
-    with torch.inference_mode():
-        for start, end in feeds:
-            expected = expected_slot.feed(seq[start:end])
-            assert torch.equal(lean.feed(seq[start:end]), expected)
-            assert torch.equal(transformers_path.feed(seq[start:end]), expected)

@@ -60,19 +60,13 @@ def apply_threads(native_models: bool, wanted: int | None) -> int:
 
 
 # What "auto" means on a CPU: a model's GGUF file's own blocks on specfill's native kernels
-# (kernels/gguf.py) where they are built and a vector variant runs; else, for a model without
-# a GGUF file, W8A8 on zentorch's int8 kernel where it runs and passes its check
-# (AVX512-VNNI, bf16 weights); else torch's int4 kernel on a bf16 CPU. Native first since it
-# won end to end where both run (bench engine, 40 HumanEval prompts, the same Intel Xeon and
-# run: native speculative 15.4 tokens/s, native alone 15.1, W8A8 speculative 14.5; and
-# 1.96 GB against 3.47 GB, no bf16 conversion). Both kernels compute rows independently:
-# speculation is exact.
-CPU_AUTO_QUANT = {"target": "w8a8", "draft": "w8a8"}
-CPU_FALLBACK_QUANT = {"target": "int4-g32", "draft": "int4-g32"}
+# (kernels/gguf.py) where they are built and a vector variant runs; else the dense weights
+# in torch (bf16 where the CPU computes it natively, fp32 otherwise: models.loader), slow
+# but correct. The native kernels compute rows independently: speculation is exact. They
+# replaced zentorch's W8A8 and torch's int4 kernels, which they beat in the same run
+# (docs/benchmarks.md) and which ran on some CPUs only.
 NATIVE_QUANT = "gguf"
-# torch's CPU int4 kernel costs twice as much from 5 rows on, so a verify of an int4 target
-# takes at most 3 draft tokens (+ 1). `mixed` is int4 in most layers.
-INT4_TARGET_MAX_K = 3
+DENSE_QUANT = "bf16"  # the dense weights at model.dtype (the tag's name is the CUDA default's)
 
 
 def native_kernels_run() -> bool:
@@ -83,52 +77,31 @@ def native_kernels_run() -> bool:
     return native.available() and native.variant() != "scalar"
 
 
-def resolve_quant(tag: str, role: str, device_type: str, dtype: Any, has_gguf: bool = False) -> str:
-    """The quantization `tag` means for one model; `has_gguf`: its GGUF file is on disk."""
+def resolve_quant(tag: str, device_type: str, has_gguf: bool) -> str:
+    """The weights `tag` means for one model; `has_gguf`: its GGUF file is on disk."""
     if tag != "auto":
         return tag
-    import torch
-
-    from lsp_server.kernels.w8a8 import w8a8_available
-
-    if device_type != "cpu":
-        return "bf16"  # CUDA: the quantized kernels here are CPU kernels
-    if has_gguf and native_kernels_run():
+    if device_type == "cpu" and has_gguf and native_kernels_run():
         return NATIVE_QUANT
-    if dtype == torch.bfloat16 and w8a8_available():
-        return CPU_AUTO_QUANT[role]
-    return CPU_FALLBACK_QUANT[role] if dtype == torch.bfloat16 else "bf16"
+    return DENSE_QUANT  # CUDA, or a CPU the native kernels cannot serve
 
 
-def kernel_lines(native_only: bool = False) -> list[str]:
-    """Which CPU kernels `auto` picks here, and why: for the load log and `specfill doctor`.
-    `native_only`: both models run on the native kernels (asked for, or auto's pick), so
-    those are the kernels, and zentorch is not probed."""
+def kernel_lines(quants: dict[str, str]) -> list[str]:
+    """Which CPU kernels the models run on here, and why: for the load log and `specfill
+    doctor`. `quants`: each role's resolved weights."""
     from lsp_server.kernels import cpu, native
-    from lsp_server.kernels.w8a8 import status
 
     lines = [f"CPU: {cpu.describe()}"]
-    ours = (f"CPU kernels: specfill native {native.variant()} x {native.threads()} threads on the "
-            "GGUF files' own blocks (rows independent)")
-    if native_only:
-        return [*lines, ours]
-    st = status()
-    if native_kernels_run():
-        w8a8 = f"models without a GGUF file: {st.why}" if st.usable else f"W8A8 unavailable: {st.why}"
-        return [*lines, f"{ours}; {w8a8}"]
-    if st.usable:
-        return [*lines, f"CPU kernels: {st.why} for steps, verifies and prefills"]
-    return [*lines, f"CPU kernels: torch int4 weight-only (verifies of at most {INT4_TARGET_MAX_K} draft tokens); "
-                    f"native kernels unavailable: {native.why_unavailable() or 'this CPU runs only their scalar reference (no AVX2)'}; W8A8 unavailable: {st.why}"]
-
-
-def apply_quantization(model: Any, tag: str, source: Any, cache_dir: str | None = None) -> None:
-    """Quantize once and cache the result on disk under the loader's cache root: a registry
-    model under its name, a local directory or GGUF file under a key made from its path (its
-    weights' fingerprint still guards against a changed file at the same path)."""
-    from lsp_server.kernels.quant_cache import quantize_for
-
-    quantize_for(model, tag, source.spec, cache_dir=cache_dir)
+    if any(q == NATIVE_QUANT for q in quants.values()):
+        lines.append(f"CPU kernels: specfill native {native.variant()} x {native.threads()} threads on the "
+                     "GGUF files' own blocks (rows independent)")
+    dense = [role for role, q in quants.items() if q == DENSE_QUANT]
+    if dense:
+        why = native.why_unavailable() if not native.available() else (
+            "this CPU runs only their scalar reference (no AVX2)" if native.variant() == "scalar"
+            else "no GGUF file, or dense weights asked for")
+        lines.append(f"{' and '.join(dense)}: dense torch weights (slow on a CPU); native kernels not used: {why}")
+    return lines
 
 
 def special_token_ids(tokenizer: Any) -> set[int]:
@@ -136,13 +109,9 @@ def special_token_ids(tokenizer: Any) -> set[int]:
     return {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
 
 
-def _prepare(model: Any, role: str, quant: str, source: Any, cache_dir: str | None,
-             options: Any, progress: Callable[[str], None]) -> None:
-    """Quantize one model (through the disk cache) and get its layers ready for lean steps."""
-    from lsp_server.kernels.quant_cache import own_remaining_weights
-    from lsp_server.kernels.quantize import keep_dense_for_prefill, linear_weights
-
-    weight_only = quant.startswith(("int4", "mixed", "int8"))
+def _prepare(model: Any, role: str, quant: str, progress: Callable[[str], None]) -> None:
+    """Get one model's layers ready for lean steps: a GGUF draft's finer blocks requantized
+    to Q4_0, q/k/v and gate/up fused."""
     if quant == NATIVE_QUANT:
         progress(f"{role}: the GGUF file's blocks, multiplied in place (nothing converted)")
         if role == "draft":
@@ -154,56 +123,25 @@ def _prepare(model: Any, role: str, quant: str, source: Any, cache_dir: str | No
                 progress(f"draft: its {before / 1e6:,.0f} MB of Q5_0 / Q8_0 / Q6_K matrices requantized to Q4_0 "
                          f"({after / 1e6:,.0f} MB) in {time.perf_counter() - t:.1f} s: fewer bytes a draft step; "
                          "the output stays the target's")
-    elif quant != "bf16":
-        progress(f"{role}: {quant} weights (cached on disk after the first time)")
-        dense = linear_weights(model) if weight_only else {}
-        apply_quantization(model, quant, source, cache_dir)
-        if not weight_only:
-            own_remaining_weights(model)  # nothing dense is kept: let the file's pages go
-        if weight_only:
-            # torch's weight-only kernels are slow on many rows: prefills (32+ rows) run on
-            # the bf16 weights, decode steps and verifies on the quantized ones. For the
-            # target that defines the model whose output speculation reproduces: the same
-            # path serves plain and speculative decoding. (W8A8 prefills are faster on int8.)
-            keep_dense_for_prefill(model, dense)
-            if role == "target" and quant.startswith(("int4", "mixed")):
-                options.max_k = INT4_TARGET_MAX_K
-    ready_for_lean_steps(model, role, options.lean_steps, progress)
+    ready_for_lean_steps(model, role, progress)
 
 
-def ready_for_lean_steps(model: Any, role: str, lean_steps: bool, progress: Callable[[str], None]) -> None:
-    """Fuse, pack and check the layers the lean steps call, after quantization."""
+def ready_for_lean_steps(model: Any, role: str, progress: Callable[[str], None]) -> None:
+    """Fuse the layers the lean steps call and say whether a verify computes what single
+    steps compute."""
     from lsp_server.engine.lean_step import ROWS_INDEPENDENT
-    from lsp_server.kernels import w8a8
     from lsp_server.kernels.fuse import fuse_projections, lean_linears
     from lsp_server.kernels.gguf import GGUFLinear
     from lsp_server.kernels.lm_head import flatten_head_input
-    from lsp_server.kernels.packed import pack_linears
 
-    # bf16 layers left (all of them in a bf16 model) get oneDNN-packed copies for the
-    # lean steps: the same kernel on a better layout (calls of 1-3 rows padded to 4,
-    # kernels.packed), ~2x faster steps, the bf16 weights' memory again.
-    pack = lean_steps and next(model.parameters()).device.type == "cpu"
-    fuse_projections(model, pack_bf16=pack)  # q/k/v and gate/up in one call each on lean steps
-    if pack and pack_linears(model):
-        progress(f"{role}: bf16 layers packed for oneDNN (faster CPU steps)")
-    flatten_head_input(model)  # after quantization, which may replace the head
+    fuse_projections(model)  # q/k/v and gate/up in one call each on lean steps
+    flatten_head_input(model)
     layers = lean_linears(model)
     if layers and all(isinstance(layer, GGUFLinear) for _, layer in layers):
         # The native kernels compute every row by the same instructions whatever the row count
         # (tests/kernels): a verify computes what single steps compute.
         setattr(model, ROWS_INDEPENDENT, True)
         progress(f"{role}: {len(layers)} native layers (rows independent: verifies are exact)")
-    elif layers and all(isinstance(layer, w8a8.W8A8Linear) for _, layer in layers):
-        # Checked layer by layer: close to the dequantized product, rows independent. The
-        # first call also builds zentorch's cached copy of each weight, now and not in
-        # the first completion.
-        problems = w8a8.warm(layers)
-        if problems:
-            raise ValueError(f"{role}: zentorch's int8 kernel computes wrong numbers here "
-                             f"({problems[0]}); set model.quant and model.draftQuant to int4-g32")
-        setattr(model, ROWS_INDEPENDENT, True)
-        progress(f"{role}: {len(layers)} W8A8 layers checked (rows independent: verifies are exact)")
 
 
 # A short piece of code run through the engine at load: every kernel and shape a completion
@@ -258,11 +196,11 @@ def resolved_quants(m: Any) -> dict[str, str]:
     from lsp_server.kernels import native
     from lsp_server.models.loader import resolve_dtype_device, resolve_source
 
-    dtype, device = resolve_dtype_device(m.dtype, m.device)
+    _, device = resolve_dtype_device(m.dtype, m.device)
     quants = {}
     for role, spec, tag in (("target", m.target, m.quant), ("draft", m.draft, m.draftQuant)):
         has_gguf = resolve_source(spec, m.cacheDir or None).gguf is not None
-        quants[role] = resolve_quant(tag, role, device.type, dtype, has_gguf)
+        quants[role] = resolve_quant(tag, device.type, has_gguf)
         if quants[role] == NATIVE_QUANT:
             if device.type != "cpu":
                 raise ValueError(f"model quantization gguf runs on the CPU only; set model.device to cpu "
@@ -280,10 +218,15 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     from lsp_server.engine.costs import best_k
     from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
     from lsp_server.models.loader import load_pair
+    from lsp_server.models.registry import remove_old_quant_caches, resolve_cache_dir
 
     m = config.model
     quants = resolved_quants(m)
-    for line in kernel_lines(native_only=all(q == NATIVE_QUANT for q in quants.values())):
+    freed = remove_old_quant_caches(resolve_cache_dir(m.cacheDir or None))
+    if freed:
+        progress(f"removed the W8A8 / int4 weight caches of an earlier version ({freed / 1e9:.1f} GB): "
+                 "nothing reads them now")
+    for line in kernel_lines(quants):
         progress(line)
     progress(f"loading {m.target} (target) and {m.draft} (draft)")
     pair = load_pair(m.target, m.draft, dtype=m.dtype, device=m.device, cache_dir=m.cacheDir or None,
@@ -293,7 +236,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
         apply_threads(True, m.threads)  # before the warm-up and the timed round costs
     options = EngineOptions()
     for role, model in (("target", pair.target), ("draft", pair.draft)):
-        _prepare(model, role, quants[role], getattr(pair.info, role).source, m.cacheDir or None, options, progress)
+        _prepare(model, role, quants[role], progress)
     special = pair.special_tokens
     missing = [t for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>") if t not in special]
     if missing:
@@ -341,14 +284,14 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
 
 
 def release_weight_pages(cache_dir: str | None) -> int:
-    """Every kernel has run once (warm-up, costs): the W8A8 int8 weights zentorch has copied
-    into its own cache are not read again, so their file's pages go back to the system; a
-    weight the kernel's cache ever evicts faults back in from the file (kernels.file_pages)."""
+    """Every kernel has run once (warm-up, costs): the GGUF maps' pages of the matrices the
+    native kernels copied at load are not read again, so they go back to the system; a page
+    ever read again faults back in from the file (kernels.file_pages)."""
     from lsp_server.engine import heap
     from lsp_server.kernels.file_pages import release_cached_pages
     from lsp_server.models.registry import resolve_cache_dir
 
-    heap.trim()  # quantization's and the warm-up's scratch too
+    heap.trim()  # the load's and the warm-up's scratch too
     return release_cached_pages([resolve_cache_dir(cache_dir)])
 
 

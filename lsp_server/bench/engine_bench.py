@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--modes", default=",".join(MODES), help="comma-separated subset of " + ",".join(MODES))
     p.add_argument("--target", default=None)
     p.add_argument("--draft", default=None)
-    p.add_argument("--quant", default="auto", help="target weights: auto (the server's: gguf on the native kernels, else w8a8 on zentorch, else int4-g32) | gguf | bf16 | int8 | int4[-gN] | mixed[-gN] | w8a8 (model.quant)")
+    p.add_argument("--quant", default="auto", help="target weights: auto (the server's: gguf on the native kernels where they run and the model has a GGUF file, else bf16) | gguf | bf16 (model.quant)")
     p.add_argument("--draft-quant", default="auto", help="draft weights (model.draftQuant)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")

@@ -13,8 +13,9 @@ stop ids and token budget, and is timed end to end from a cold cache (prefill in
   can't take a second GGUF as a draft model, so this is its only speculative mode.
 - specfill <mode> plain / speculative: our engine, target and draft loaded as the server
   loads them for model.quant = <mode>: `gguf` (the default, and what `auto` picks wherever the
-  native kernels run) multiplies straight from the same GGUF files' blocks; the torch modes
-  (w8a8, int4-gN, bf16) load the converted safetensors. "T/D" gives the draft its own mode.
+  native kernels run) multiplies straight from the same GGUF files' blocks; `bf16` runs the
+  dense weights in torch (converted from the GGUF on first use). "T/D" gives the draft its
+  own mode.
 
 Same work on every side: one stop set (every special token of the tokenizer, what the
 server stops on), and tokens per second over the same number of tokens: for each prompt the
@@ -165,19 +166,19 @@ def timed_result(tokens: list[int], times: list[float], seconds: float) -> dict[
 
 
 def load_specfill(target: str, draft: str, modes: str) -> Any:
-    """The server's own Runtime for the pair, quantized: `modes` is "T" or "T/D" (QuantConfig tags)."""
+    """The server's own Runtime for the pair: `modes` is "T" or "T/D" (model.quant tags)."""
     from lsp_server.backends.local_runtime import load_runtime
     from lsp_server.config import Config, ModelConfig
 
     target_mode, _, draft_mode = modes.partition("/")
-    model = ModelConfig(target=target, draft=draft, dtype="bf16", device="cpu",
+    model = ModelConfig(target=target, draft=draft, dtype="auto", device="cpu",
                         quant=target_mode, draftQuant=draft_mode or target_mode)
     return load_runtime(Config(model=model), lambda line: print(f"[load] {line}", flush=True))
 
 
 def specfill_runners(modes: str, args: argparse.Namespace, warm_up: Prompt,
                      stop_ids: set[int]) -> dict[str, Callable[[Prompt], dict[str, Any]]]:
-    """Plain and speculative decoding with one loaded, quantized pair."""
+    """Plain and speculative decoding with one loaded pair."""
     from lsp_server.bench.engine_bench import Runner
 
     target, draft = pair_names(args)

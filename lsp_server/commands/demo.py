@@ -32,7 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target", help="target model (registry name, HF directory or .gguf)")
     p.add_argument("--draft", help="draft model")
     p.add_argument("--dtype", help="auto | bf16 | fp16 | fp32")
-    p.add_argument("--quant", help="both models' weights (model.quant, model.draftQuant): auto | gguf | w8a8 | ...")
+    p.add_argument("--quant", help="both models' weights (model.quant, model.draftQuant): auto | gguf | bf16")
     p.add_argument("--max-new-tokens", type=int, default=0, help="0 = the syntax policy's budget")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for the models")
     return p.parse_args(argv)

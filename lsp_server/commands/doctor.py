@@ -7,7 +7,7 @@ import argparse
 import importlib.metadata as md
 import platform
 
-_PACKAGES = ("torch", "zentorch", "transformers", "gguf", "pygls", "lsprotocol", "tree-sitter",
+_PACKAGES = ("torch", "transformers", "gguf", "pygls", "lsprotocol", "tree-sitter",
              "tree-sitter-python")
 
 

@@ -157,7 +157,7 @@ def add_models_subcommands(subparsers: Any) -> argparse.ArgumentParser:
     fetch.add_argument("--cache-dir", default=argparse.SUPPRESS, help=cache_help)
     fetch.add_argument("--bf16", action="store_true",
                        help="also convert them to bf16 safetensors now (else made on first use by a bf16, "
-                            "W8A8, int4 or CUDA run; the native kernels run from the .gguf files)")
+                            "CUDA run; the native kernels run from the .gguf files)")
     fetch.add_argument("--no-keep-gguf", action="store_true",
                        help="delete the .gguf files after converting them to bf16 (implies --bf16)")
     fetch.add_argument("--quiet", action="store_true", help="no progress bars")

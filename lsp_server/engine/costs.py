@@ -11,9 +11,9 @@ and the k worth drafting is the one that maximises it. A request whose draft cac
 part of the prompt pays once more before its first round: the draft prefills what it lacks
 (its catch-up). Drafting pays for that request only when the time the rounds save over the
 tokens it will generate exceeds that catch-up (`draft_pays`). The costs of each row count are
-timed on this machine, at load, because they are what decides: torch's int4 kernel costs
-twice as much from 5 rows, zentorch's int8 kernel stays nearly flat, and bf16 oneDNN picks
-other kernels by row count.
+timed on this machine, at load, because they are what decides: how flat a verify stays in
+its rows depends on the kernel variant the CPU runs (AVX-512 flatter than AVX2) and on the
+context's length, and dense torch weights pick other kernels by row count.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The draft model's output layer over part of the vocabulary (the FR-Spec idea).
 
 Scoring all 151,936 tokens was a sixth of a draft step on the 0.5B model (4.1 of ~23 ms,
-2 threads, int4). A draft only has to guess what the target will say, so it scores:
+2 threads). A draft only has to guess what the target will say, so it scores:
 
 - the first `common` token ids: byte-level BPE numbers its merges in the order they were
   learned, so low ids are the frequent pieces (in stdlib Python, VS Code's JavaScript and
@@ -25,13 +25,8 @@ import torch
 from torch.nn import functional as F
 
 from ..kernels.gguf import GGUFLinear
-from ..kernels.quantize import Int4Linear
-from ..kernels.w8a8 import W8A8Linear
 
 DEFAULT_COMMON = 49152
-# The int4 kernel's packed rows come in blocks: a prefix of a multiple of this many rows
-# is itself a valid packed matrix (checked in tests).
-_ROW_BLOCK = 64
 
 
 class DraftHead:
@@ -40,7 +35,7 @@ class DraftHead:
 
     def __init__(self, common: torch.nn.Module, rows: Callable[[torch.Tensor], torch.Tensor], vocab: int):
         self.common = common  # scores ids 0..common.out_features-1
-        self.rows = rows  # ids [m] -> their dense bf16 rows [m, H], to score rarer ids with
+        self.rows = rows  # ids [m] -> their dense rows [m, H], to score rarer ids with
         self.vocab = vocab
         self.focus(())
 
@@ -76,34 +71,11 @@ class DraftHead:
 
 
 def draft_head(model: torch.nn.Module, common: int = DEFAULT_COMMON) -> DraftHead | None:
-    """A pruned head for `model`, or None where it would not pay or cannot be built: the
-    head must be quantized so that a prefix of its rows is itself a valid layer (torch's
-    int4 kernel: whole blocks of packed rows; W8A8: plain int8 rows; GGUF blocks), and the rows for the
-    prompt's rarer ids must be at hand densely: the bf16 weights kept for prefills, tied
-    input embeddings, or (W8A8) the int8 rows times their scales."""
+    """A pruned head for `model`, or None where it cannot be built: a GGUF head (its rows are
+    whole blocks, so a prefix of them is itself a layer, a view) without a bias, with more
+    than `common` rows. The prompt's rarer ids are scored on their rows dequantized."""
     head = model.get_output_embeddings()
     vocab = getattr(head, "out_features", 0)
-    if isinstance(head, GGUFLinear):  # GGUF rows are whole blocks: a prefix is a layer (a view)
-        if head.bias is not None or not 0 < common < vocab:
-            return None
-        return DraftHead(head.rows(0, common), head.dequantized_rows, vocab)
-    if isinstance(head, Int4Linear):
-        common = common // _ROW_BLOCK * _ROW_BLOCK
-    if not isinstance(head, (Int4Linear, W8A8Linear)) or head.bias is not None or not 0 < common < vocab:
+    if not isinstance(head, GGUFLinear) or head.bias is not None or not 0 < common < vocab:
         return None
-    if isinstance(head, W8A8Linear):
-        cut = W8A8Linear.from_int8(head.weight[:common], head.scales[:common])  # views, no copy
-
-        def dequantized(ids: torch.Tensor) -> torch.Tensor:
-            return (head.weight[ids].float() * head.scales[ids, None]).to(torch.bfloat16)
-
-        return DraftHead(cut, dequantized, vocab)
-    dense = head.dense
-    if dense is None and getattr(model.config, "tie_word_embeddings", False):
-        dense = model.get_input_embeddings().weight
-    if dense is None or tuple(dense.shape) != (vocab, head.in_features):
-        return None
-    cut = Int4Linear(head.in_features, common, bias=False, group_size=head.group_size)
-    cut.weight = head.weight[:common]  # rows lead: a prefix is contiguous, no copy
-    cut.scales_and_zeros = head.scales_and_zeros[:, :common].contiguous()
-    return DraftHead(cut, lambda ids: dense[ids], vocab)
+    return DraftHead(head.rows(0, common), head.dequantized_rows, vocab)

@@ -1,10 +1,10 @@
 """A lean forward pass for Qwen2- and Llama-shaped models: the same modules, less glue.
 
-On a 2-core CPU a draft step of the 0.5B model (int4) spent ~7 of its ~25 ms outside the
+On a 2-core CPU a draft step of the 0.5B model spent ~7 of its ~25 ms outside the
 matrix products: transformers builds a mask and position embeddings per call, dispatches every
 layer through keyword-heavy wrappers and output hooks, and `DynamicCache` concatenates
 each layer's keys and values, copying the whole cache on every token. This pass calls the
-model's own submodules (projections, norms, MLPs, embeddings, head: quantized ones
+model's own submodules (projections, norms, MLPs, embeddings, head: GGUF ones
 included) in the same order with the same operations, and keeps keys and values in
 preallocated tensors (`StaticKV`), so a step writes k+1 rows in place and rolling back a
 rejected draft is setting a length.
@@ -12,8 +12,8 @@ rejected draft is setting a length.
 Only plain causal decoders with position-only rotary embeddings qualify (`supports`);
 anything else keeps the transformers forward. Numbers match transformers' forward (tests
 compare logits on tiny models in float64 to 1e-10; on the real pair in bf16 they were
-bit-identical in a one-off check), so a lean target still defines the same model. bf16
-layers run on their oneDNN-packed copies where `kernels.packed` made them (same bits).
+bit-identical in a one-off check), so a lean target still defines the same model. On the
+native kernels each decoder layer of a step or a verify is one call (`native_layers`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import torch
 from torch.nn import functional as F
 
 from ..kernels.attention import packed_gqa_attention
-from ..kernels.packed import linear
 from . import native_layers
 
 _DECODERS = {"qwen2": "Qwen2DecoderLayer", "llama": "LlamaDecoderLayer"}
@@ -118,14 +117,8 @@ def _causal_mask(rows: int, past: int, device: torch.device) -> torch.Tensor | N
     return torch.ones(rows, past + rows, dtype=torch.bool, device=device).tril(past)[None, None]
 
 
-def _fused(owner: torch.nn.Module, name: str, rows: int):
-    """The fused projections `kernels.fuse` attached to `owner`, where they serve `rows`."""
-    fused = getattr(owner, name, None)
-    return fused if fused is not None and rows <= fused.max_rows else None
-
-
-# Set on a model whose every layer a lean step calls computes each row on its own (W8A8 on
-# zentorch): then verifies run attention one query row at a time, as the single steps at
+# Set on a model whose every layer a lean step calls computes each row on its own (the
+# native kernels): then verifies run attention one query row at a time, as the single steps at
 # those positions do, so a verify of k+1 rows computes exactly what k+1 steps compute.
 ROWS_INDEPENDENT = "_specfill_rows_independent"
 # Verifies; longer feeds are prompts, which plain and speculative decoding read alike.
@@ -188,7 +181,7 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         if between_layers is not None:  # the head costs about two layers (a 151,936-row matrix)
             between_layers()
         x = native_layers.norm(inner.norm, x if all_logits else x[-1:])
-        logits = head(x) if head else linear(model.get_output_embeddings(), x)  # [T, V]
+        logits = head(x) if head else model.get_output_embeddings()(x)  # [T, V]
         kv.length = past + rows
         return logits
     heads, kv_heads, dim = config.num_attention_heads, kv.kv_heads, kv.head_dim
@@ -201,8 +194,8 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
             between_layers()
         attn, mlp = layer.self_attn, layer.mlp
         h = layer.input_layernorm(x)
-        qkv = _fused(attn, "_specfill_qkv", rows)  # kernels.fuse: one call, same numbers
-        q, k, v = qkv(h) if qkv else (linear(attn.q_proj, h), linear(attn.k_proj, h), linear(attn.v_proj, h))
+        qkv = getattr(attn, "_specfill_qkv", None)  # kernels.fuse: one call, same numbers
+        q, k, v = qkv(h) if qkv else (attn.q_proj(h), attn.k_proj(h), attn.v_proj(h))
         q = q.view(rows, heads, dim).transpose(0, 1)  # [H, T, D]
         k = k.view(rows, kv_heads, dim).transpose(0, 1)  # [KV, T, D]
         v = v.view(rows, kv_heads, dim).transpose(0, 1)
@@ -210,15 +203,15 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         kv.keys[i, :, past:past + rows] = k
         kv.values[i, :, past:past + rows] = v
         out = _attention(attn, q, kv, i, past, mask, one_row_at_a_time)
-        x = x + linear(attn.o_proj, out.reshape(rows, -1))
+        x = x + attn.o_proj(out.reshape(rows, -1))
         h = layer.post_attention_layernorm(x)
-        gate_up = _fused(mlp, "_specfill_gate_up", rows)
+        gate_up = getattr(mlp, "_specfill_gate_up", None)
         # the MLP's own arithmetic: down(act(gate(h)) * up(h))
-        gate, up = gate_up(h) if gate_up else (linear(mlp.gate_proj, h), linear(mlp.up_proj, h))
-        x = x + linear(mlp.down_proj, mlp.act_fn(gate) * up)
+        gate, up = gate_up(h) if gate_up else (mlp.gate_proj(h), mlp.up_proj(h))
+        x = x + mlp.down_proj(mlp.act_fn(gate) * up)
     if between_layers is not None:
         between_layers()
     x = inner.norm(x if all_logits else x[-1:])
-    logits = head(x) if head else linear(model.get_output_embeddings(), x)  # [T, V]
+    logits = head(x) if head else model.get_output_embeddings()(x)  # [T, V]
     kv.length = past + rows
     return logits

@@ -52,8 +52,8 @@ class EngineOptions:
     background_chunk: int = 16
     lookup_min_match: int = LOOKUP_MIN_MATCH
     lookup_min_acceptance: float = 0.5
-    # Most draft tokens per round whatever the policy says (0: no cap). For a target whose
-    # verify pass costs a step more from some row count on (torch's CPU int4 kernel: 5 rows).
+    # Most draft tokens per round whatever the policy says (0: no cap): set at load from the
+    # measured round costs (backends/local_runtime.py).
     max_k: int = 0
     # Run CPU models through lean_step's forward (same numbers, ~10 % less time per draft
     # step, ~4 % per target step) where the model qualifies; False keeps transformers'.

@@ -1,4 +1,4 @@
-"""How layers run fast on a CPU: weight quantization (int8, int4, W8A8 on zentorch), its disk
-cache, oneDNN-packed bf16 layers, fused projections, the lm_head fix, packed GQA attention,
+"""How layers run fast on a CPU: the GGUF files as the models (gguf), our native kernels
+(native), fused projections, the lm_head fix, packed GQA attention for dense models,
 and the pages of weight files handed back once loaded.
 Never imports pygls, tree-sitter or HTTP code."""

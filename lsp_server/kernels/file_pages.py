@@ -1,14 +1,11 @@
 """Hand back the pages of read-only weight files once nothing needs them in memory.
 
-After load, two kinds of weights sit in read-only memory maps of files in the model cache:
-the converted model's safetensors (the loader maps them; what quantization left of them,
-embeddings and norms, still points into that map, and quantizing read every page of it)
-and the W8A8 int8 weights (`quant_cache.map_int8`), which zentorch has copied into its own
-cache on its first call and does not read again. Those resident pages count in the
-process's memory for as long as the map lives: 2.0 GB of int8 and 0.7 GB of embeddings for
-the default pair. `madvise(MADV_DONTNEED)` drops them from the process; a later read (an
-embedding row, a weight the kernel's cache evicted) faults the page back in from the page
-cache or the disk.
+After load, the models' GGUF files sit in read-only memory maps (`kernels.gguf`). Loading
+read every page of their matrices once, to repack them 8 rows by 8 into the copies the
+native kernels multiply (`native.Weight`), and those pages are not read again; they count in
+the process's memory for as long as the map lives. `madvise(MADV_DONTNEED)` drops them from
+the process; a later read (an embedding row, a matrix that could not be repacked) faults
+the page back in from the page cache or the disk.
 
 Only maps that are read-only and file-backed, under the model cache, are touched: no page
 of such a map can differ from its file, so dropping one can cost a re-read but never data.

@@ -9,7 +9,7 @@ Per model, inside `<cache>/<name>/`:
   4. record sizes, mtimes and sha256 in `verified.json`, so a second run only stats files.
 
 bf16 safetensors (a dequantized copy, 3.1 GB for the 1.5B target) are made only when a run
-asks for them (bf16, W8A8, int4, CUDA): `ensure_weights` converts the GGUF on that first use,
+asks for them (bf16, CUDA, a CPU without the native kernels): `ensure_weights` converts the GGUF on that first use,
 in the same way (~40 s to dequantize, then ~1 s a load), and records them beside the rest.
 
 Everything is written under a `.tmp-` name and renamed into place, and `verified.json` is
@@ -579,7 +579,7 @@ def fetch_default_pair(
 def ensure_weights(spec: ModelSpec, cache_dir: str | os.PathLike[str] | None = None, progress: bool = True,
                    converter: Converter | None = None) -> None:
     """The bf16 safetensors of a fetched model in its `hf/`, converted from its GGUF now if
-    this is their first use (a bf16, W8A8, int4 or CUDA run); ~1 ms when they are there."""
+    this is their first use (a bf16 or CUDA run); ~1 ms when they are there."""
     root = resolve_cache_dir(cache_dir)
     paths = ModelPaths.of(root, spec)
     if hf_has_weights(spec, paths, read_marker(paths.marker)):

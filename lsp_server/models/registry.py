@@ -197,6 +197,21 @@ def resolve_cache_dir(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return Path.home() / ".cache" / "specfill"
 
 
+def remove_old_quant_caches(cache_dir: Path) -> int:
+    """Delete the quantized-weights caches earlier versions wrote (`<model>/quant/<tag>`, W8A8
+    and int4: nothing reads them since the native kernels replaced those paths); bytes freed.
+    Only directories named `quant` one or two levels under the cache (a registry model, or
+    local/<name>-<hash>) are touched: they are specfill's own."""
+    import shutil
+
+    freed = 0
+    for quant in [*cache_dir.glob("*/quant"), *cache_dir.glob("local/*/quant")]:
+        if quant.is_dir() and not quant.is_symlink():
+            freed += sum(f.stat().st_size for f in quant.rglob("*") if f.is_file() and not f.is_symlink())
+            shutil.rmtree(quant, ignore_errors=True)
+    return freed
+
+
 @dataclass(frozen=True)
 class ModelPaths:
     """Where one registered model lives inside the cache directory."""

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pytest
 from tokenizers import AddedToken
 
-from lsp_server.backends.local_runtime import CPU_AUTO_QUANT, CPU_FALLBACK_QUANT, resolve_quant, special_token_ids
+from lsp_server.backends import local_runtime
+from lsp_server.backends.local_runtime import resolve_quant, special_token_ids
 
 
 def test_every_special_added_token_stops_generation_but_ordinary_added_tokens_do_not() -> None:
@@ -22,17 +23,23 @@ def test_every_special_added_token_stops_generation_but_ordinary_added_tokens_do
     assert special_token_ids(tokenizer) == {151643, 151662, 151664}
 
 
-@pytest.mark.parametrize("role", ["target", "draft"])
-def test_auto_quantization_follows_the_device(role: str) -> None:
-    import torch
+@pytest.mark.parametrize("native_runs", [True, False])
+def test_auto_weights_are_the_gguf_blocks_on_a_cpu_the_native_kernels_serve(native_runs, monkeypatch) -> None:
+    monkeypatch.setattr(local_runtime, "native_kernels_run", lambda: native_runs)
+    assert resolve_quant("auto", "cpu", has_gguf=True) == ("gguf" if native_runs else "bf16")
+    assert resolve_quant("auto", "cpu", has_gguf=False) == "bf16"  # a model without a GGUF file
+    assert resolve_quant("auto", "cuda", has_gguf=True) == "bf16"
+    assert resolve_quant("gguf", "cpu", has_gguf=True) == "gguf"  # asked for: as asked
 
-    from lsp_server.kernels.w8a8 import w8a8_available
 
-    expected = CPU_AUTO_QUANT[role] if w8a8_available() else CPU_FALLBACK_QUANT[role]
-    assert resolve_quant("auto", role, "cpu", torch.bfloat16) == expected
-    assert resolve_quant("auto", role, "cuda", torch.bfloat16) == "bf16"
-    assert resolve_quant("auto", role, "cpu", torch.float32) == "bf16"
-    assert resolve_quant("int8", role, "cpu", torch.bfloat16) == "int8"
+def test_the_kernel_lines_name_the_cpu_and_why_a_model_runs_dense() -> None:
+    from lsp_server.kernels import native
+
+    lines = local_runtime.kernel_lines({"target": "gguf", "draft": "bf16"})
+    assert lines[0].startswith("CPU: ")
+    if native.available():
+        assert f"specfill native {native.variant()}" in lines[1]
+    assert lines[-1].startswith("draft: dense torch weights") and "native kernels not used: " in lines[-1]
 
 
 def test_round_costs_from_a_busy_moment_are_not_used() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from lsp_server.config import Config, config_from_options, model_identity
-from lsp_server.kernels.quantize import QuantConfig
 
 
 def test_no_options_gives_the_defaults():
@@ -28,7 +27,9 @@ def test_nested_settings_apply_over_the_base():
     ({"temperature": 9.0}, "temperature must be between"),
     ({"speculation": {"mode": "turbo"}}, "speculation.mode must be one of"),
     ({"model": {"device": "tpu"}}, "model.device must be auto, cpu or cuda"),
-    ({"model": {"quant": "int3"}}, "model.quant must be auto, gguf, bf16, int8"),
+    ({"model": {"quant": "int3"}}, "model.quant must be auto, gguf or bf16"),
+    ({"model": {"draftQuant": "w8a8"}}, "model.draftQuant 'w8a8' is no longer offered"),
+    ({"model": {"quant": "int4-g32"}}, "native kernels replaced zentorch's W8A8 and torch's int4"),
     ({"maxNewTokens": True}, "maxNewTokens must be a int"),
     ({"model": "big"}, "model must be an object"),
     ({"colour": "blue"}, "unknown setting 'colour'"),
@@ -39,17 +40,16 @@ def test_a_bad_value_is_reported_and_the_default_kept(options, fragment):
     assert config == Config()
 
 
-@pytest.mark.parametrize("tag", ["bf16", "int8", "int4", "int4-g64", "mixed-g32", "int4-g128-nohead", "w8a8", "w8a8-g64"])
-def test_every_quant_tag_the_config_accepts_parses(tag):
-    _, problems = config_from_options({"model": {"quant": tag}})
-    assert problems == []
-    assert QuantConfig.parse(tag).tag.startswith(tag.split("-")[0])
+@pytest.mark.parametrize("tag", ["auto", "gguf", "bf16"])
+def test_every_weights_tag_the_config_offers_is_accepted(tag):
+    config, problems = config_from_options({"model": {"quant": tag, "draftQuant": tag}})
+    assert problems == [] and config.model.quant == config.model.draftQuant == tag
 
 
 def test_model_identity_changes_only_with_model_settings():
     a = Config()
     b, _ = config_from_options({"maxNewTokens": 12})
-    c, _ = config_from_options({"model": {"draftQuant": "int8"}})
+    c, _ = config_from_options({"model": {"draftQuant": "bf16"}})
     assert model_identity(a) == model_identity(b) != model_identity(c)
 
 

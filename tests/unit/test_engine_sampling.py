@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections import Counter
 
@@ -12,9 +11,10 @@ import torch
 from lsp_server.engine.sampling import Sampling, verify_sampled, warp
 from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
-from lsp_server.kernels.quantize import quantize_model
-from lsp_server.kernels.w8a8 import w8a8_available
+from lsp_server.kernels import native
+from lsp_server.kernels.gguf import load_gguf_model
 from tests.tiny_models import CharTokenizer, tiny_model
+from tests.unit.test_kernels_gguf import write_gguf
 
 torch.set_grad_enabled(False)
 VOCAB, LENGTH, RUNS = 3, 2, 1000
@@ -79,12 +79,18 @@ def test_speculative_sampling_matches_target_distribution_and_draft_sampling_doe
     assert chi_square(draft_counts, expected, RUNS) > CHI2_CRIT_8DOF_0001
 
 
-@pytest.mark.skipif(not w8a8_available(), reason="zentorch's int8 kernel does not run here")
-def test_speculative_sampling_follows_the_target_with_the_drafts_pruned_head(pair):
+@pytest.mark.skipif(not native.available(), reason=f"native kernels: {native.why_unavailable()}")
+def test_speculative_sampling_follows_the_target_with_the_drafts_pruned_head(pair, tmp_path):
     """The pruned draft head gives most ids probability zero (draft_head.py): a proposal
     with zeros must still leave the target's distribution exact."""
-    target, draft = pair
-    draft = quantize_model(copy.deepcopy(draft), "w8a8")  # a W8A8 head: any prefix of rows prunes
+    target, _ = pair
+    # A GGUF draft (its head's rows are blocks: any prefix of them prunes), 32 wide for Q8_0.
+    dense = tiny_model(seed=12, vocab=VOCAB, hidden=32, layers=1, dtype=torch.float32)
+    with torch.no_grad():
+        dense.lm_head.weight.mul_(0.12)
+    dense.config.save_pretrained(tmp_path)
+    write_gguf(dense, tmp_path / "model.gguf")
+    draft = load_gguf_model(tmp_path, tmp_path / "model.gguf")
     s = Sampling(temperature=1.0)
     prompt = (0, 1, 0)  # id 2 is neither common (ids < 2) nor in the prompt: the draft can't say it
     expected = exact_sequence_probs(target, prompt, s)

@@ -10,7 +10,7 @@ from tests.import_walls import direct_imports, heavy_imports, modules_in, reacha
 
 LSP = {"pygls", "lsprotocol"}
 HTTP = {"httpx", "requests", "aiohttp", "urllib3", "http"}
-TORCH = {"torch", "transformers", "accelerate", "safetensors", "zentorch"}
+TORCH = {"torch", "transformers", "accelerate", "safetensors"}
 LOCAL_BACKEND = {"lsp_server.backends.local", "lsp_server.backends.local_runtime"}
 
 

@@ -141,22 +141,20 @@ def test_a_verify_equals_single_steps_bit_for_bit(files):
 def _layer_by_calls(layer, x, keys, values, past, cos, sin):
     """A decoder layer as separate library calls composed in torch (what the one-call layer
     step replaced): the reference it must equal bit for bit."""
-    from lsp_server.kernels.packed import linear
-
     attn, mlp = layer.self_attn, layer.mlp
     norm = lambda module, rows: native.rmsnorm(rows.contiguous(), module.weight, module.variance_epsilon,
                                                torch.empty_like(rows))
     h = norm(layer.input_layernorm, x)
     fused = getattr(attn, "_specfill_qkv", None)
-    q, k, v = fused(h) if fused else (linear(attn.q_proj, h), linear(attn.k_proj, h), linear(attn.v_proj, h))
+    q, k, v = fused(h) if fused else (attn.q_proj(h), attn.k_proj(h), attn.v_proj(h))
     if fused is None:  # the library takes k and v as row views of one stride
         q, k, v = torch.cat([q, k, v], dim=1).split([q.shape[1], k.shape[1], v.shape[1]], dim=1)
     out = native.attention(q, k, v, cos, sin, keys, values, past, attn.scaling, torch.empty(x.shape[0], q.shape[1]))
-    x = x + linear(attn.o_proj, out)
+    x = x + attn.o_proj(out)
     h = norm(layer.post_attention_layernorm, x)
     fused = getattr(mlp, "_specfill_gate_up", None)
-    gate_up = fused.module(h) if fused else torch.cat([linear(mlp.gate_proj, h), linear(mlp.up_proj, h)], dim=1)
-    return x + linear(mlp.down_proj, native.silu_mul(gate_up, torch.empty(x.shape[0], mlp.down_proj.in_features)))
+    gate_up = fused.module(h) if fused else torch.cat([mlp.gate_proj(h), mlp.up_proj(h)], dim=1)
+    return x + mlp.down_proj(native.silu_mul(gate_up, torch.empty(x.shape[0], mlp.down_proj.in_features)))
 
 
 RUNNABLE = [v for v in native.VARIANTS if native.available() and v in native.variants_supported()]

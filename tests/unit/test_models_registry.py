@@ -53,3 +53,16 @@ def test_cache_dir_flag_beats_environment_beats_home(monkeypatch, tmp_path):
     assert registry.resolve_cache_dir() == tmp_path / "env"
     monkeypatch.delenv("SPECFILL_CACHE")
     assert registry.resolve_cache_dir() == Path.home() / ".cache" / "specfill"
+
+
+def test_the_old_quantized_weight_caches_are_removed_and_nothing_else(tmp_path):
+    from lsp_server.models.registry import remove_old_quant_caches
+
+    for name, size in (("m/quant/w8a8/int8.bin", 300), ("m/quant/int4-g32/layers.pt", 50),
+                       ("local/x-1a2b/quant/w8a8/int8.bin", 7), ("m/model.gguf", 11), ("m/hf/model.safetensors", 5)):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x" * size)
+    assert remove_old_quant_caches(tmp_path) == 357
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
+        "m/hf/model.safetensors", "m/model.gguf"]
+    assert remove_old_quant_caches(tmp_path) == 0

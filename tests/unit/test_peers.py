@@ -24,8 +24,8 @@ def test_specfill_is_compared_with_llama_cpp_over_the_same_tokens_of_each_prompt
     # (a busier machine); specfill stopped after 10 tokens (block 0) or wrote 60 (block 1).
     results = {
         "llama-server": [timed("a", 40, 1 / 40, block=0), timed("a", 40, 1 / 20, block=1)],
-        "specfill w8a8 plain": [timed("a", 10, 1 / 10, block=0)],
-        "specfill w8a8 speculative": [timed("a", 60, 1 / 40, block=1)],
+        "specfill gguf plain": [timed("a", 10, 1 / 10, block=0)],
+        "specfill gguf speculative": [timed("a", 60, 1 / 40, block=1)],
     }
     rows = [summarize_row(name, runs, None, 0.1) for name, runs in results.items()]
 
@@ -33,15 +33,15 @@ def test_specfill_is_compared_with_llama_cpp_over_the_same_tokens_of_each_prompt
     vs = summary["specfill_vs_llamacpp"]
 
     assert summary["reference"] == "llama-server"
-    assert vs["per_mode"]["specfill w8a8 plain"]["tokens"] == 10  # the shorter output sets n
-    assert vs["per_mode"]["specfill w8a8 plain"]["ratio"] == pytest.approx(10 / 40)
-    assert vs["per_mode"]["specfill w8a8 speculative"]["tokens"] == 40
-    assert vs["per_mode"]["specfill w8a8 speculative"]["ratio"] == pytest.approx(2.0)
-    assert (vs["best_mode"], vs["best"]) == ("specfill w8a8 speculative", pytest.approx(2.0))
+    assert vs["per_mode"]["specfill gguf plain"]["tokens"] == 10  # the shorter output sets n
+    assert vs["per_mode"]["specfill gguf plain"]["ratio"] == pytest.approx(10 / 40)
+    assert vs["per_mode"]["specfill gguf speculative"]["tokens"] == 40
+    assert vs["per_mode"]["specfill gguf speculative"]["ratio"] == pytest.approx(2.0)
+    assert (vs["best_mode"], vs["best"]) == ("specfill gguf speculative", pytest.approx(2.0))
 
 
 def test_the_cpp_server_is_the_reference_where_it_ran_else_llama_cpp_python() -> None:
-    results = {"llama.cpp plain": [timed("a", 10, 0.1)], "specfill w8a8 plain": [timed("a", 10, 0.05)]}
+    results = {"llama.cpp plain": [timed("a", 10, 0.1)], "specfill gguf plain": [timed("a", 10, 0.05)]}
     rows = [summarize_row(name, runs, None, 0.1) for name, runs in results.items()]
     summary = summarize(rows, results)
     assert summary["reference"] == "llama.cpp plain"
