@@ -67,7 +67,7 @@ test-remote: models llama-server ## remote backends against real llama-servers o
 test-editors: models editors ## real Neovim and real VS Code (code-server) with the real server
 	$(PYTEST) tests/editors -q
 
-bench: models ## engine benchmark: HumanEval, 40 prompts, 128 tokens, the CPU default weights (about 25 minutes on 2 idle cores)
+bench: models ## engine benchmark: HumanEval, 40 prompts, 128 tokens, the CPU default weights (about 9 minutes on 2 idle cores)
 	$(SPECFILL) bench engine --prompts humaneval --limit 40 --max-new-tokens 128 --modes target,hf-assisted-4,hf-assisted-default,specfill --out $(OUT)/engine
 
 bench-kernels: setup ## the native kernels by rows over a 1.5B target's matrices (~2 min), with llama-bench on the real GGUF beside it

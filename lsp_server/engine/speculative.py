@@ -312,7 +312,7 @@ class SpeculativeEngine:
             d.accepted += n
         else:
             stats.plain_rounds += 1
-        controller.observe(len(draft.tokens), n, h)
+        controller.observe(len(draft.tokens), n, h, model=draft.source == "draft")
         return draft.tokens[:n] + [nxt]
 
     def _draft(

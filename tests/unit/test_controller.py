@@ -78,7 +78,7 @@ def test_measured_round_costs_cap_k_where_longer_drafts_stop_paying() -> None:
     costs = RowCosts(target=(1.0, 1.05, 1.1, 1.15, 1.2, 2.4, 2.5, 2.6, 2.7), draft=0.3)
     c = Controller(policy(k_init=8, k_max=8), costs=costs)
     assert c.next_k() == 3  # at the prior acceptance (0.8) a 5th draft step no longer pays
-    for _ in range(10):
+    for _ in range(30):  # each round judges one position (the first), and it is wrong
         c.observe(drafted=4, accepted=0, target_entropy=None)  # the draft is always wrong here
     assert c.next_k() == 0  # a plain round beats any draft at this acceptance
     fixed = Controller(policy(mode="fixed", k_init=8, k_min=8, k_max=8), costs=costs)
@@ -168,3 +168,36 @@ def test_acceptance_memory_keeps_the_median_of_recent_answer_lengths_per_context
     for _ in range(LENGTHS_KEPT):
         memory.record_length("test", 100)
     assert memory.typical_length("test") == 100  # only the newest are kept
+
+
+def test_acceptance_counts_the_positions_the_verify_judged_not_the_tokens_after_a_rejection() -> None:
+    from lsp_server.engine.controller import PRIOR_TOKENS, position_acceptance
+
+    # A draft right at each position with probability a, cut at its first miss: of 4 drafted,
+    # 2 accepted means 3 positions judged (2 right, 1 wrong); the 4th was never looked at.
+    assert position_acceptance(2, 1) == 2 / 3 and position_acceptance(0, 0) is None
+    c = Controller(policy(k_init=4, k_max=4))
+    for _ in range(200):
+        c.observe(drafted=4, accepted=2, target_entropy=None)
+        c.observe(drafted=4, accepted=4, target_entropy=None)  # all right: nothing rejected
+    assert c.acceptance == pytest.approx((1200 + PRIOR_TOKENS * 0.8) / (1200 + 200 + PRIOR_TOKENS))
+    memory = AcceptanceMemory()
+    for _ in range(PRIOR_TOKENS):
+        memory.record("test", drafted=4, accepted=1)
+    assert memory.snapshot()["test"]["acceptance_rate"] == 0.25  # the metered share stays as it was
+    assert Controller(policy(), memory).prior == 0.5  # the next request starts from 1 right in 2 judged
+
+
+def test_prompt_lookups_guesses_do_not_price_the_draft_models_rounds() -> None:
+    memory = AcceptanceMemory()
+    c = Controller(policy(k_init=4, k_max=4), memory)
+    for _ in range(20):
+        c.observe(drafted=4, accepted=4, target_entropy=None)  # the model: always right
+        c.observe(drafted=6, accepted=0, target_entropy=None, model=False)  # lookup: always wrong
+    from lsp_server.engine.controller import PRIOR_ACCEPTANCE, PRIOR_TOKENS
+
+    # the model's 80 right of 80 judged, blended with the prior; lookup's misses left out
+    assert c.acceptance == pytest.approx((80 + PRIOR_TOKENS * PRIOR_ACCEPTANCE) / (80 + PRIOR_TOKENS))
+    snapshot = memory.snapshot()["test"]
+    assert (snapshot["drafted"], snapshot["accepted"]) == (200, 80)  # both metered
+    assert snapshot["model_position_acceptance"] == 1.0 and snapshot["model_positions"] == 80
