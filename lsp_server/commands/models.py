@@ -143,7 +143,8 @@ def doctor_report(cache_dir: str | Path | None = None) -> list[str]:
         else:
             lines.append(f"{status.role} {status.spec.name}: {status.hf.state} ({status.hf.detail}); {FETCH_HINT}")
     bf16 = cpu_supports_bf16()
-    lines.append(f"CPU native bf16: {'yes (models run in bf16)' if bf16 else 'no (models run in fp32 on CPU)'}")
+    # The native kernels take fp32 rows whatever the CPU; this is about dense weights only.
+    lines.append(f"CPU native bf16: {'yes (dense models run in bf16)' if bf16 else 'no (dense models run in fp32 on CPU)'}")
     return lines
 
 
