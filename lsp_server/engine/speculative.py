@@ -47,9 +47,11 @@ class EngineOptions:
     # keep most of a preempted warm's work (a 128-row pass is still efficient on a CPU).
     warm_chunk: int = 128
     # A precompute (request.background) prefills mostly what its lineage already cached,
-    # so it can take small chunks: a real request preempting it waits for one layer of
-    # this many rows, about what a layer of one decode step costs.
-    background_chunk: int = 16
+    # so it can take small chunks: a real request preempting it waits for the rest of one
+    # layer of this many rows. On the native kernels a layer of 16 rows costs ~1.5 one-row
+    # layers; `bench lsp --session accept` (Intel Xeon, one run each) put the preempt at
+    # p50 3.93 / max 5.86 ms with 16 (1.6 / 2.4 layers), 1.97 / 3.23 ms with 4 (0.7 / 1.1).
+    background_chunk: int = 4
     lookup_min_match: int = LOOKUP_MIN_MATCH
     lookup_min_acceptance: float = 0.5
     # Most draft tokens per round whatever the policy says (0: no cap): set at load from the

@@ -158,10 +158,11 @@ def test_ghost_text_streams_in_stays_steady_while_typed_through_and_tab_inserts_
     assert len(seen[-1]) > len(seen[0]), f"ghost text did not grow: {seen!r}"
     assert "\n" in accepted, f"a block completion shows more than one line: {accepted!r}"
     assert accepted.strip(), "no ghost text to accept"
-    # The tab's dirty mark can clear a moment before code-server's write reaches the disk.
+    # The tab's dirty mark can clear a moment before code-server's write reaches the disk,
+    # and the file can still hold what it held before the typing (seen once, 2026-12-03).
     path, deadline = code_server.workspace / "primes.py", time.monotonic() + 15
     saved = path.read_text()
-    while saved == SOURCE + TYPED and time.monotonic() < deadline:
+    while saved in (SOURCE, SOURCE + TYPED) and time.monotonic() < deadline:
         time.sleep(0.2)
         saved = path.read_text()
     assert saved.startswith(SOURCE + TYPED + typed_through)
