@@ -116,7 +116,6 @@ class Controller:
         self.k = memory.suggested_k(policy) if (memory and adaptive) else policy.k_init
         self.plain = policy.mode == "off" or policy.k_max <= 0
         self.entropy_ema: float | None = None
-        self.drafted = self.accepted = 0
         self.model_accepted = self.model_rejected = 0
         prior = memory.snapshot().get(policy.context) if memory is not None else None
         seen = prior["model_positions"] if prior else 0
@@ -154,7 +153,6 @@ class Controller:
         `model`: the draft model proposed it (else prompt lookup): only its rounds price
         the cost model's acceptance."""
         p = self.policy
-        self.drafted, self.accepted = self.drafted + drafted, self.accepted + accepted
         if model:
             self.model_accepted += accepted
             self.model_rejected += accepted < drafted
