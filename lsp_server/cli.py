@@ -29,7 +29,9 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
         server.start_tcp(host, port)
     else:
-        server.start_io()
+        from lsp_server.server.stdio import start_io
+
+        start_io(server)
     return 0
 
 
