@@ -16,13 +16,15 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from .cache import Aborted, KVSlot, SlotPool, abort_scope, install_abort_hooks
+from . import native_layers
+from .cache import Aborted, KVSlot, LeanSlot, SlotPool, abort_scope, install_abort_hooks
 from .controller import AcceptanceMemory, Controller
 from .costs import LiveCosts, RowCosts, draft_pays
 from .detokenize import StreamingText
 from .draft_head import DEFAULT_COMMON
 from .drafters import Draft, ModelDrafter, PromptLookupDrafter
 from .healing import TokenTexts, mask_to, remaining
+from .lean_step import ROW_BY_ROW_MAX_ROWS
 from .lineage import Lineage, best_known
 from .sampling import Sampling, entropy, pick, verify_greedy, verify_sampled
 from .stopping import stop_index
@@ -37,6 +39,20 @@ LOOKUP_TRIAL_TOKENS = 8
 LINEAGES = 32
 
 
+def _chunk(slot: KVSlot | None, wanted: int) -> int:
+    """The rows a feed takes at a time on this slot. On the native one-call layers
+    (lean_step) a chunk of up to 16 rows is one library call a layer, and it prefills as fast
+    as larger chunks, which take torch's path: the 1.5B target fed 3,072 tokens at 128 tokens/s
+    in chunks of 16 against 109 in 128s and 106 in 512s (a one-off probe on an AMD EPYC,
+    AVX-512). A layer of 16 rows is 2.8 ms there against 27 ms for 128 rows, so a real
+    request that preempts a warm, or supersedes a prefill, waits a tenth as long, and an
+    abort loses at most 15 rows of work."""
+    model = getattr(slot, "model", None)
+    if isinstance(slot, LeanSlot) and native_layers.fit(model):
+        return min(wanted, ROW_BY_ROW_MAX_ROWS) if wanted > 0 else ROW_BY_ROW_MAX_ROWS
+    return wanted
+
+
 @dataclass
 class EngineOptions:
     pool_size: int = 4
@@ -45,6 +61,7 @@ class EngineOptions:
     prefill_chunk: int = 512
     # A warm is preempted within a layer and loses only the chunk it was in: small chunks
     # keep most of a preempted warm's work (a 128-row pass is still efficient on a CPU).
+    # On the native one-call layers feeds go in chunks of at most 16 rows (`_chunk`).
     warm_chunk: int = 128
     # A precompute (request.background) prefills mostly what its lineage already cached,
     # so it can take small chunks: a real request preempting it waits for the rest of one
@@ -230,7 +247,7 @@ class SpeculativeEngine:
         warm = run.request.max_new_tokens <= 0
         chunk = (self.options.background_chunk if run.request.background else
                  self.options.warm_chunk if warm else self.options.prefill_chunk)
-        fed, logits = slot.extend(run.ids, chunk, should_abort)
+        fed, logits = slot.extend(run.ids, _chunk(slot, chunk), should_abort)
         if logits is None:  # the slot already held the whole prompt
             logits = slot.sync(run.ids)
             fed = 1
@@ -248,7 +265,7 @@ class SpeculativeEngine:
         drafter = self._model_drafter(run.request.policy)
         if drafter is not None:
             t = time.perf_counter()
-            fed = drafter.prefill(run.ids, self.options.warm_chunk, should_abort)
+            fed = drafter.prefill(run.ids, _chunk(drafter.slot, self.options.warm_chunk), should_abort)
             elapsed = time.perf_counter() - t
             run.stats.prefill_s += elapsed
             if self.live is not None:
