@@ -98,7 +98,11 @@ async def test_a_server_that_refuses_warms_gets_none_and_it_is_said_once(llama, 
         assert await c.wait_idle(60)
         line = backend_line(await c.stats())
         popups = [m for m in c.messages if "warm" in m.text]
-    assert line["warming"].startswith("off: ") and line["warms"] == {
+    warms = dict(line["warms"])
+    # The didOpen warm may be superseded by the explicit warm before the server's refusal
+    # reaches it (how soon depends on how fast the server reads its stdin): aborted, not sent.
+    warms.pop("aborted", None)
+    assert line["warming"].startswith("off: ") and warms == {
         "error": 1, "steps": 0, "evaluated_prompt_tokens": 0, "cached_prompt_tokens": 0,
         "generated_tokens": 0}
     assert popups == []  # a warm never pops a message
