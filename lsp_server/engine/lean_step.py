@@ -125,6 +125,12 @@ ROWS_INDEPENDENT = "_specfill_rows_independent"
 ROW_BY_ROW_MAX_ROWS = 16
 
 
+def one_call_rows(model: torch.nn.Module) -> int:
+    """The most rows a feed takes through the native one-call layers (`native_layers`);
+    0 where this model's layers do not run there."""
+    return ROW_BY_ROW_MAX_ROWS if native_layers.fit(model) else 0
+
+
 def rows_independent(model: torch.nn.Module) -> bool:
     return bool(getattr(model, ROWS_INDEPENDENT, False))
 
@@ -173,7 +179,7 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
     x = inner.embed_tokens(input_ids)  # [T, H]
     cos, sin = _rope_table(model, past + rows, x.dtype)
     cos, sin = cos[past:past + rows], sin[past:past + rows]  # [T, D]
-    if rows <= ROW_BY_ROW_MAX_ROWS and native_layers.fit(model):
+    if rows <= one_call_rows(model):
         for i, layer in enumerate(inner.layers):
             if between_layers is not None:
                 between_layers()
