@@ -25,6 +25,8 @@ import torch
 from torch.nn import functional as F
 
 from ..kernels.attention import packed_gqa_attention
+from ..kernels.gguf import block_weights
+from ..kernels.lm_head import head_pieces
 from . import native_layers
 
 _DECODERS = {"qwen2": "Qwen2DecoderLayer", "llama": "LlamaDecoderLayer"}
@@ -131,6 +133,37 @@ def one_call_rows(model: torch.nn.Module) -> int:
     return ROW_BY_ROW_MAX_ROWS if native_layers.fit(model) else 0
 
 
+def _logits(model: torch.nn.Module, head: Callable[[torch.Tensor], torch.Tensor] | None,
+            x: torch.Tensor, between_layers: Callable[[], None] | None) -> torch.Tensor:
+    """The head's logits [T, V] for final hidden states x [T, H]. The model's own GGUF head
+    runs in pieces of about one decoder layer's bytes with an abort check before each
+    (lm_head.head_pieces: the target's head costs ~6 layers), so background work stops
+    within about a layer wherever the abort finds it."""
+    if between_layers is not None:
+        between_layers()
+    if head is not None:
+        return head(x)
+    own = model.get_output_embeddings()
+    pieces = head_pieces(own, _layer_bytes(model)) if between_layers is not None else None
+    if pieces is None:
+        return own(x)
+    logits = x.new_empty(x.shape[0], own.out_features)
+    for i, (start, piece) in enumerate(pieces):
+        if i:
+            between_layers()
+        logits[:, start:start + piece.out_features] = piece(x)
+    return logits
+
+
+def _layer_bytes(model: torch.nn.Module) -> int:
+    """Bytes of weight blocks the first decoder layer reads (0: not a GGUF model)."""
+    cached = getattr(model, "_specfill_layer_bytes", None)
+    if cached is None:
+        cached = block_weights(model.model.layers[0])[1]
+        model._specfill_layer_bytes = cached
+    return cached
+
+
 def rows_independent(model: torch.nn.Module) -> bool:
     return bool(getattr(model, ROWS_INDEPENDENT, False))
 
@@ -184,10 +217,8 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
             if between_layers is not None:
                 between_layers()
             x = native_layers.layer(layer, x, kv, i, past, cos, sin, config)
-        if between_layers is not None:  # the head costs about two layers (a 151,936-row matrix)
-            between_layers()
         x = native_layers.norm(inner.norm, x if all_logits else x[-1:])
-        logits = head(x) if head else model.get_output_embeddings()(x)  # [T, V]
+        logits = _logits(model, head, x, between_layers)  # [T, V]
         kv.length = past + rows
         return logits
     heads, kv_heads, dim = config.num_attention_heads, kv.kv_heads, kv.head_dim
@@ -215,9 +246,7 @@ def lean_forward(model: torch.nn.Module, kv: StaticKV, input_ids: torch.Tensor, 
         # the MLP's own arithmetic: down(act(gate(h)) * up(h))
         gate, up = gate_up(h) if gate_up else (mlp.gate_proj(h), mlp.up_proj(h))
         x = x + mlp.down_proj(mlp.act_fn(gate) * up)
-    if between_layers is not None:
-        between_layers()
     x = inner.norm(x if all_logits else x[-1:])
-    logits = head(x) if head else model.get_output_embeddings()(x)  # [T, V]
+    logits = _logits(model, head, x, between_layers)  # [T, V]
     kv.length = past + rows
     return logits

@@ -319,6 +319,9 @@ class CompletionService:
     async def complete(self, cursor: Cursor, encoding: str, msg_id: Any) -> str | None:
         """The cleaned completion text, or None when there is nothing to offer."""
         config, backend = self.config_ref(), self.backend_ref()
+        worker = self._local_worker()
+        if worker is not None:  # any real request stops background work, at once
+            worker.preempt_warms()
         doc = self.documents.get(cursor.uri)
         if not config.enabled or backend is None:
             return None

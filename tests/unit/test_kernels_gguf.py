@@ -11,14 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from lsp_server.engine.cache import LeanSlot
+from lsp_server.engine.cache import Aborted, LeanSlot
 from lsp_server.engine import native_layers
 from lsp_server.engine.draft_head import draft_head
-from lsp_server.engine.lean_step import ROWS_INDEPENDENT
+from lsp_server.engine.lean_step import ROWS_INDEPENDENT, StaticKV, lean_forward
 from lsp_server.engine.speculative import SpeculativeEngine
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
 from lsp_server.kernels import native
 from lsp_server.kernels.fuse import fuse_projections
+from lsp_server.kernels.lm_head import head_pieces
 from lsp_server.kernels.gguf import (GGUFEmbedding, GGUFLinear, UnsupportedTensor, gguf_name, load_gguf_model,
                                      requantize_to_q4_0)
 from tests.tiny_models import CharTokenizer, qwen2_for_fusing
@@ -323,3 +324,44 @@ def test_a_requantized_drafts_fused_layers_are_views_of_its_new_blocks_not_copie
                                    (layer.mlp, "_specfill_gate_up", "gate_proj")):
             fused = getattr(owner, attr).module
             assert fused.blocks.data_ptr() == getattr(owner, first).blocks.data_ptr()
+
+
+def test_the_head_in_pieces_gives_the_same_logits_bit_for_bit(files):
+    head = load(files, "target").get_output_embeddings()
+    pieces = head_pieces(head, -(-head.blocks.numel() // 3))
+    starts = [start for start, _ in pieces]
+    assert len(pieces) == 3 and starts == sorted(starts) and all(s % 8 == 0 for s in starts)
+    assert sum(p.out_features for _, p in pieces) == head.out_features
+    x = torch.randn(5, head.in_features, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(torch.cat([p(x) for _, p in pieces], dim=1), head(x))
+    assert head_pieces(head, head.blocks.numel()) is None  # one piece: the layer itself
+
+
+@pytest.mark.parametrize("stop_in_piece", [1, 2])
+def test_an_abort_inside_the_head_leaves_the_cache_as_it_was(files, stop_in_piece):
+    model = load(files, "target")
+    fuse_projections(model)
+    setattr(model, ROWS_INDEPENDENT, True)
+    head = model.get_output_embeddings()
+    model._specfill_layer_bytes = -(-head.blocks.numel() // 3)  # as if the head cost 3 layers
+    layers = model.config.num_hidden_layers
+    seq = torch.randint(0, 256, (12,), generator=torch.Generator().manual_seed(4))
+    checks = 0
+
+    def stop_in_the_head() -> None:
+        nonlocal checks
+        checks += 1
+        if checks == layers + 1 + stop_in_piece:  # the checks before the pieces after the first
+            raise Aborted()
+
+    kv, plain = StaticKV(model), StaticKV(model)
+    with torch.inference_mode():
+        lean_forward(model, kv, seq[:8], all_logits=False)
+        lean_forward(model, plain, seq[:8], all_logits=False)
+        with pytest.raises(Aborted):
+            lean_forward(model, kv, seq[8:], all_logits=True, between_layers=stop_in_the_head)
+        assert kv.length == 8
+        got = lean_forward(model, kv, seq[8:], all_logits=True, between_layers=lambda: None)
+        want = lean_forward(model, plain, seq[8:], all_logits=True)
+    assert checks == layers + 1 + stop_in_piece
+    assert torch.equal(got, want)

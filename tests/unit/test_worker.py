@@ -223,3 +223,39 @@ def test_trim_runs_where_glibc_has_malloc_trim():
     from lsp_server.engine import heap
 
     assert heap.trim() is sys.platform.startswith("linux")
+
+
+async def _until(condition, seconds: float = 20.0) -> bool:
+    for _ in range(int(seconds / 0.01)):
+        if condition():
+            return True
+        await asyncio.sleep(0.01)
+    return condition()
+
+
+async def test_preempting_stops_warms_at_once_and_only_a_real_requests_wait_is_measured():
+    worker = EngineWorker(make_engine)
+    worker.start()
+    assert await worker.wait_ready(30)
+    finals, streaming = [], set()
+
+    async def warm(request_id: str) -> None:
+        async for event in worker.submit(CompletionRequest(request_id, (7, 8, 9), LONG), warm=True):
+            if isinstance(event, Finished):
+                finals.append(event.reason)
+            else:
+                streaming.add(request_id)  # it runs on the worker
+
+    first = asyncio.create_task(warm("warm-1"))
+    assert await _until(lambda: "warm-1" in streaming)
+    second = asyncio.create_task(warm("warm-2"))  # a newer warm supersedes it: nobody waits
+    await first
+    assert finals == ["aborted"] and not worker.preempt_latencies_s
+    assert await _until(lambda: "warm-2" in streaming)
+    worker.preempt_warms()  # a real request arrived: stop before its prompt is even built
+    await second
+    assert finals == ["aborted", "aborted"]
+    assert len(worker.preempt_latencies_s) == 1
+    worker.preempt_warms()  # nothing running: nothing to stop, nothing measured
+    assert len(worker.preempt_latencies_s) == 1
+    worker.stop()
