@@ -16,11 +16,7 @@ import torch
 from transformers import DynamicCache
 
 from .lean_step import StaticKV, lean_forward, supports
-from .types import common_prefix_len
-
-
-class Aborted(Exception):
-    """Raised inside the engine when the request's abort flag is seen."""
+from .types import Aborted, common_prefix_len  # noqa: F401 (Aborted: imported from here too)
 
 
 # The abort check of the request running on this thread. Decoder layers look at it, so an

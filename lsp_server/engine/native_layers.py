@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 
 from ..kernels import native
+from .types import Aborted
 from ..kernels.gguf import GGUFEmbedding, GGUFLinear
 
 FIT = "_specfill_native_layers"
@@ -95,4 +96,7 @@ def layer(layer: torch.nn.Module, x: torch.Tensor, kv, i: int, past: int, cos: t
         shape = "" if x.is_contiguous() else " (not contiguous)"
         raise ValueError(f"the native layer step takes contiguous fp32 rows and an fp32 cache, not "
                          f"{x.dtype} rows{shape} and a {kv.keys.dtype} cache")
-    return _plan(layer, config).step(x, cos, sin, kv.keys, kv.values, i, past)
+    try:
+        return _plan(layer, config).step(x, cos, sin, kv.keys, kv.values, i, past)
+    except native.Stopped:  # the worker stopped a job mid-layer (its abort): as between layers
+        raise Aborted() from None

@@ -6,6 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Sequence, Union
 
+
+class Aborted(Exception):
+    """Raised inside the engine when the request's abort flag is seen."""
+
+
 StopKind = Literal["line", "statement", "block", "none"]
 
 

@@ -22,6 +22,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import AsyncIterator, Callable
 
+from ..kernels import native
 from . import heap
 from .types import CompletionRequest, EngineEvent, Finished, Stats
 
@@ -46,16 +47,6 @@ class _Job:
     settled: bool = False  # its final event was delivered (set on the loop only)
 
 
-def _preempt(warms: list[_Job], by_request: bool = True) -> None:
-    """Abort these warms; `by_request`: for a real request, whose wait for them to stop is
-    measured (a newer warm superseding an older one delays nobody)."""
-    now = time.perf_counter()
-    for job in warms:
-        if not job.abort.is_set():
-            job.preempted_at = now if by_request else None
-            job.abort.set()
-
-
 class EngineWorker:
     def __init__(self, factory: EngineFactory, threads: int | None = None):
         self._factory = factory
@@ -65,6 +56,7 @@ class EngineWorker:
         self._default_threads: int | None = None
         self._jobs: "queue.Queue[_Job | None]" = queue.Queue()
         self._active: dict[str, _Job] = {}
+        self._running: _Job | None = None  # the job on the worker thread now
         self._lock = threading.Lock()
         self._stopped = False
         # Why this worker stopped serving on its own (a kernel raised, the thread died): the
@@ -109,7 +101,7 @@ class EngineWorker:
             warms = [j for j in self._active.values() if j.warm]
             self._active[request.id] = job
             self._jobs.put(job)
-        _preempt(warms, by_request=not warm)  # lowest priority: whatever comes next preempts them
+        self._preempt(warms, by_request=not warm)  # lowest priority: whatever comes next preempts them
         return self._stream(job)
 
     def preempt_warms(self) -> None:
@@ -119,14 +111,31 @@ class EngineWorker:
         layer then took 15-19 ms instead of 3.3, and the warm stopped only after that."""
         with self._lock:
             warms = [j for j in self._active.values() if j.warm]
-        _preempt(warms)
+        self._preempt(warms)
+
+    def _preempt(self, warms: list[_Job], by_request: bool = True) -> None:
+        """Abort these warms; `by_request`: for a real request, whose wait for them to stop is
+        measured (a newer warm superseding an older one delays nobody)."""
+        now = time.perf_counter()
+        for job in warms:
+            if not job.abort.is_set():
+                job.preempted_at = now if by_request else None
+                self._abort_job(job)
 
     def abort(self, request_id: str) -> None:
         with self._lock:
             job = self._active.get(request_id)
         if job is not None and not job.abort.is_set():
             job.aborted_at = time.perf_counter()
-            job.abort.set()
+            self._abort_job(job)
+
+    def _abort_job(self, job: _Job) -> None:
+        """The engine sees `abort` between layers; the job now running is also stopped inside
+        its native layer step, between the layer's products (native.request_stop)."""
+        job.abort.set()
+        with self._lock:
+            if job is self._running:
+                native.request_stop()
 
     def set_threads(self, threads: int | None) -> None:
         """torch's CPU thread count (None or 0: torch's own default), applied on the worker
@@ -141,7 +150,7 @@ class EngineWorker:
             jobs = list(self._active.values())
             self._jobs.put(None)
         for job in jobs:
-            job.abort.set()
+            self._abort_job(job)
 
     def active_jobs(self) -> int:
         with self._lock:
@@ -186,6 +195,7 @@ class EngineWorker:
     # -- worker thread ------------------------------------------------------------
 
     def _run(self) -> None:
+        native.listen_for_stops(True)  # this thread's native layer steps honour _abort_job
         try:
             self._apply_threads()
             self.engine = self._factory(self.load_progress.append)
@@ -213,10 +223,16 @@ class EngineWorker:
                     return
                 continue  # jobs queued before stop(): aborted, each answered below
             self.busy.set()
+            with self._lock:  # a stop asked for the job before this one is not for this one
+                self._running = job
+                native.clear_stop()
             try:
                 self._apply_threads()
                 prefilled = self._serve(job)
             finally:
+                with self._lock:
+                    self._running = None
+                    native.clear_stop()
                 if job.loop.is_closed():  # nobody left to settle it
                     with self._lock:
                         self._active.pop(job.request.id, None)

@@ -365,3 +365,29 @@ def test_an_abort_inside_the_head_leaves_the_cache_as_it_was(files, stop_in_piec
         want = lean_forward(model, plain, seq[8:], all_logits=True)
     assert checks == layers + 1 + stop_in_piece
     assert torch.equal(got, want)
+
+
+def test_a_stop_request_ends_a_native_layer_step_and_leaves_the_cache_as_it_was(files):
+    model = load(files, "target")
+    fuse_projections(model)
+    setattr(model, ROWS_INDEPENDENT, True)
+    assert native_layers.fit(model)
+    seq = torch.randint(0, 256, (30,), generator=torch.Generator().manual_seed(8)).tolist()
+    stopped, plain = LeanSlot(model), LeanSlot(model)
+    with torch.inference_mode():
+        stopped.feed(seq[:20])
+        plain.feed(seq[:20])
+        native.request_stop()
+        try:
+            plain.feed(seq[20:25])  # a thread that does not listen for stops: not stopped
+            plain.rewind(20)
+            native.listen_for_stops(True)
+            with pytest.raises(Aborted):
+                stopped.feed(seq[20:25])  # 5 rows: the native one-call layers
+        finally:
+            native.listen_for_stops(False)
+            native.clear_stop()
+        assert stopped.ids == seq[:20] and stopped.kv.length == 20
+        got = stopped.feed(seq[20:30])
+        want = plain.feed(seq[20:30])
+    assert torch.equal(got, want)

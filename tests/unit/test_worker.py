@@ -259,3 +259,36 @@ async def test_preempting_stops_warms_at_once_and_only_a_real_requests_wait_is_m
     worker.preempt_warms()  # nothing running: nothing to stop, nothing measured
     assert len(worker.preempt_latencies_s) == 1
     worker.stop()
+
+
+async def test_aborting_the_running_job_stops_its_native_layer_step_and_the_next_job_runs_clean(monkeypatch):
+    from lsp_server.kernels import native
+
+    calls = []  # (thread, what): other tests' workers may still be winding down
+    monkeypatch.setattr(native, "request_stop", lambda: calls.append((threading.get_ident(), "stop")))
+    monkeypatch.setattr(native, "clear_stop", lambda: calls.append((threading.get_ident(), "clear")))
+    worker = EngineWorker(make_engine)
+    worker.start()
+    assert await worker.wait_ready(30)
+    streaming = set()
+
+    def seen() -> list[str]:
+        return [what for thread, what in calls if thread in (worker._thread.ident, threading.get_ident())]
+
+    async def run(request_id: str) -> str:
+        async for event in worker.submit(CompletionRequest(request_id, (7, 8, 9), LONG)):
+            if isinstance(event, Finished):
+                return event.reason
+            streaming.add(request_id)
+        return ""
+
+    running = asyncio.create_task(run("r1"))
+    assert await _until(lambda: "r1" in streaming)
+    assert seen() == ["clear"]  # cleared when it started
+    worker.abort("r1")
+    assert await running == "aborted"
+    assert seen()[:2] == ["clear", "stop"]  # it was running: stopped inside the layer too
+    assert await _until(lambda: len(seen()) == 3) and seen()[2] == "clear"  # and cleared after it
+    worker.abort("nobody")  # no such job: nothing stopped
+    assert len(seen()) == 3
+    worker.stop()

@@ -29,6 +29,7 @@ NEEDS = {"scalar": (), "avx2": _AVX2, "avx512": (*_AVX2, "avx512f", "avx512bw", 
 TYPES = {2: "Q4_0", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # ggml type id -> name
 REPACKED = {2: 102, 6: 106, 8: 108, 12: 112, 14: 114}  # ggml type -> its kernel-side form, 8 rows by 8 (SF_*_X8)
 _ERRORS = {-1: "unsupported type", -2: "bad shape", -3: "NULL pointer", -4: "out of memory"}
+_STOPPED = -5  # SF_ESTOPPED: request_stop() was called during a layer step
 _SIMD_FLAG_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "asimd", "neon", "sve", "fphp", "amx")
 
 
@@ -67,6 +68,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     signatures = {
         "sf_variant_supported": (c_int, [c_int]), "sf_variant_best": (c_int, []),
         "sf_set_variant": (c_int, [c_int]), "sf_get_variant": (c_int, []),
+        "sf_request_stop": (None, []), "sf_clear_stop": (None, []), "sf_listen_for_stop": (None, [c_int]),
         "sf_set_threads": (None, [c_int]), "sf_get_threads": (c_int, []), "sf_set_spin_us": (None, [c_int]),
         "sf_type_supported": (c_int, [c_int]), "sf_block_values": (c_i64, [c_int]),
         "sf_row_bytes": (c_size, [c_int, c_i64]), "sf_act_row_bytes": (c_size, [c_int, c_i64]),
@@ -188,7 +190,33 @@ def _check_weight(type_id: int, weight: "torch.Tensor", K: int) -> int:
     return weight.shape[0]
 
 
+class Stopped(Exception):
+    """A layer step stopped part-way because request_stop() was called."""
+
+
+def listen_for_stops(on: bool) -> None:
+    """Whether the layer steps of the calling thread honour request_stop() (off by default:
+    a stop is meant for the engine's worker thread, never for another caller)."""
+    if _lib is not None:
+        _lib.sf_listen_for_stop(int(on))
+
+
+def request_stop() -> None:
+    """Make the layer step now running on a listening thread, and every one after it, stop
+    at its next check between its matrix products (Layer.step raises Stopped) until
+    clear_stop(). Safe from any thread."""
+    if _lib is not None:
+        _lib.sf_request_stop()
+
+
+def clear_stop() -> None:
+    if _lib is not None:
+        _lib.sf_clear_stop()
+
+
 def _raise_on(rc: int, what: str) -> None:
+    if rc == _STOPPED:
+        raise Stopped(what)
     if rc != 0:
         raise RuntimeError(f"{what} failed in the native kernels: {_ERRORS.get(rc, rc)}")
 
@@ -355,7 +383,9 @@ class Layer:
              values: "torch.Tensor", layer: int, past: int) -> "torch.Tensor":
         """x [M, hidden] contiguous fp32, updated in place through the layer; keys, values
         [layers, KV, capacity, D] contiguous fp32, written at layer `layer`, positions
-        past..past+M-1; cos, sin [M, D] contiguous."""
+        past..past+M-1; cos, sin [M, D] contiguous. Raises Stopped after request_stop() on a
+        listening thread: x is then partly updated and the cache written at past.., both to
+        be dropped."""
         at = layer * keys.stride(0) * 4
         _raise_on(self._call(self._c, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(),
                              keys.data_ptr() + at, values.data_ptr() + at, keys.shape[2], past), "layer step")

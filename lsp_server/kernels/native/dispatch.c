@@ -594,6 +594,15 @@ int sf_attention(float *q, int64_t q_stride, float *k, const float *v, int64_t k
 
 /* ---- a whole decoder layer ---- */
 
+static atomic_int stop_requested;  /* sf_request_stop; read between a layer step's products */
+static _Thread_local int listening;  /* sf_listen_for_stop: this thread's steps honour it */
+
+void sf_request_stop(void) { atomic_store(&stop_requested, 1); }
+void sf_clear_stop(void) { atomic_store(&stop_requested, 0); }
+void sf_listen_for_stop(int on) { listening = on != 0; }
+
+static int stopping(void) { return listening && atomic_load_explicit(&stop_requested, memory_order_relaxed); }
+
 static void *layer_scratch;       /* the layer's rows between its steps; under call_mu */
 static size_t layer_scratch_cap;
 
@@ -653,6 +662,7 @@ int sf_layer_step(const struct sf_layer *L, float *x, int64_t M, const float *co
     int rc = layer_ok(L, M, cap, past);
     if (rc != SF_OK || M == 0) return rc;
     if (x == NULL || cos == NULL || sin == NULL || k_cache == NULL || v_cache == NULL) return SF_ENULL;
+    if (stopping()) return SF_ESTOPPED;
     const struct sf_kernels *k = current_kernels();
     const int64_t width = L->hidden, H = L->heads, KV = L->kv_heads, D = L->head_dim, F = L->ffn;
     const int64_t qkv_w = (H + 2 * KV) * D;
@@ -669,14 +679,18 @@ int sf_layer_step(const struct sf_layer *L, float *x, int64_t M, const float *co
     /* the same steps, in the same order, as native_layers' torch composition of the calls above */
     k->rmsnorm(x, L->attn_norm, M, width, L->eps, h);
     if ((rc = parts_locked(k, L->qkv, L->n_qkv, width, h, M, qkv, qkv_w)) != SF_OK) goto done;
+    if (stopping()) { rc = SF_ESTOPPED; goto done; }
     add_bias(qkv, M, qkv_w, qkv_w, L->qkv_bias);
     rc = attention_locked(k, qkv, qkv_w, qkv + H * D, qkv + (H + KV) * D, qkv_w, M, H, KV, D, cos, sin, k_cache,
                           v_cache, cap, past, L->scale, att);
+    if (rc == SF_OK && stopping()) rc = SF_ESTOPPED;
     if (rc != SF_OK || (rc = matmul_locked(k, L->o.type, L->o.w, width, H * D, att, M, t, width)) != SF_OK) goto done;
     add_bias(t, M, width, width, L->o_bias);
     for (int64_t i = 0; i < M * width; i++) x[i] = x[i] + t[i];
+    if (stopping()) { rc = SF_ESTOPPED; goto done; }
     k->rmsnorm(x, L->ffn_norm, M, width, L->eps, h);
     if ((rc = parts_locked(k, L->gate_up, L->n_gate_up, width, h, M, gate_up, 2 * F)) != SF_OK) goto done;
+    if (stopping()) { rc = SF_ESTOPPED; goto done; }
     add_bias(gate_up, M, 2 * F, 2 * F, L->gate_up_bias);
     k->silu_mul(gate_up, M, F, act);
     if ((rc = matmul_locked(k, L->down.type, L->down.w, width, F, act, M, t, width)) != SF_OK) goto done;
