@@ -34,11 +34,12 @@ class CharTokenizer:
         return [self.alphabet.index(c) for c in text]
 
 
-def qwen2_for_fusing(seed: int, dtype: torch.dtype = torch.float32) -> Qwen2ForCausalLM:
-    """A 2-layer Qwen2 whose matrices are whole GGUF blocks wide (K = 128, 256) and whole
-    groups of 8 rows tall (the native kernels' repacking), weights drawn wide enough that
+def qwen2_for_fusing(seed: int, dtype: torch.dtype = torch.float32, hidden: int = 128,
+                     ffn: int = 256) -> Qwen2ForCausalLM:
+    """A 2-layer Qwen2 whose matrices are whole GGUF blocks wide (K = 128, 256 by default) and
+    whole groups of 8 rows tall (the native kernels' repacking), weights drawn wide enough that
     quantization matters."""
-    config = Qwen2Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+    config = Qwen2Config(vocab_size=256, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config).eval()

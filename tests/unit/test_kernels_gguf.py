@@ -391,3 +391,52 @@ def test_a_stop_request_ends_a_native_layer_step_and_leaves_the_cache_as_it_was(
         got = stopped.feed(seq[20:30])
         want = plain.feed(seq[20:30])
     assert torch.equal(got, want)
+
+
+def test_a_stop_from_another_thread_at_any_moment_leaves_the_cache_right(tmp_path):
+    """Matrices many ~128 KB chunks tall, so that most stops land inside a product, between
+    two chunks of a share: whenever one lands, the step either ends whole or raises Aborted
+    with the cache as it was, and the next feed equals a slot's that was never stopped."""
+    import threading
+    import time
+
+    model = qwen2_for_fusing(3, hidden=512, ffn=4096)  # gate_up ~34 chunks, down ~32
+    model.config.save_pretrained(tmp_path)
+    write_gguf(model, tmp_path / "model.gguf")
+    model = load_gguf_model(tmp_path, tmp_path / "model.gguf")
+    fuse_projections(model)
+    setattr(model, ROWS_INDEPENDENT, True)
+    assert native_layers.fit(model)
+    seq = torch.randint(0, 256, (60,), generator=torch.Generator().manual_seed(9)).tolist()
+    stopped, plain = LeanSlot(model), LeanSlot(model)
+    rng = np.random.default_rng(1)
+    with torch.inference_mode():
+        stopped.feed(seq[:20])
+        plain.feed(seq[:20])
+        began = time.perf_counter()
+        plain.feed(seq[20:36])
+        one_feed = time.perf_counter() - began  # to spread the stops over a whole feed
+        plain.rewind(20)
+        native.listen_for_stops(True)
+        try:
+            for _ in range(12):
+                stopper = threading.Timer(rng.uniform(0.0, one_feed), native.request_stop)
+                stopper.start()
+                try:
+                    got = stopped.feed(seq[20:36])  # 16 rows
+                except Aborted:
+                    got = None
+                stopper.join()
+                native.clear_stop()
+                if got is None:
+                    assert stopped.ids == seq[:20] and stopped.kv.length == 20
+                else:
+                    assert torch.equal(got, plain.feed(seq[20:36]))
+                    stopped.rewind(20)
+                    plain.rewind(20)
+        finally:
+            native.listen_for_stops(False)
+            native.clear_stop()
+        got = stopped.feed(seq[20:60])
+        want = plain.feed(seq[20:60])
+    assert torch.equal(got, want)

@@ -203,8 +203,8 @@ def listen_for_stops(on: bool) -> None:
 
 def request_stop() -> None:
     """Make the layer step now running on a listening thread, and every one after it, stop
-    at its next check between its matrix products (Layer.step raises Stopped) until
-    clear_stop(). Safe from any thread."""
+    at its next check, between its matrix products or inside one (Layer.step raises
+    Stopped), until clear_stop(). Safe from any thread."""
     if _lib is not None:
         _lib.sf_request_stop()
 

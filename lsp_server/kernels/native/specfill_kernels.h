@@ -35,7 +35,7 @@ enum sf_error {
     SF_EBADSHAPE = -2,    /* K not a positive multiple of the block, or N / M negative */
     SF_ENULL = -3,        /* a NULL pointer where data is needed */
     SF_ENOMEM = -4,       /* scratch for the quantized activations could not be had */
-    SF_ESTOPPED = -5,     /* sf_request_stop: the layer step stopped between its products */
+    SF_ESTOPPED = -5,     /* sf_request_stop: the layer step stopped part-way */
 };
 
 /* Variants. At start-up the library takes SPECFILL_KERNEL = scalar|avx2|avx512|neon|auto
@@ -108,8 +108,9 @@ struct sf_layer {
 };
 /* A stop request for the layer step in progress on a thread that listens for it
  * (sf_listen_for_stop(1) on that thread; none does by default): it returns SF_ESTOPPED at its
- * next check, between its matrix products, so that a background job's layer need not run to
- * its end when a real request comes (a 16-row layer of the 1.5B target is ~3 ms, and more
+ * next check, between its steps or inside a matrix product (every ~128 KB of weights a
+ * thread reads), so that a background job's layer need not run to its end when a real
+ * request comes (a 16-row layer of the 1.5B target is ~3 ms, and more
  * when the caller's other threads share the cores). x is then partly updated and the cache
  * written at past..: the caller drops both. Sticky until sf_clear_stop; safe from any thread. */
 void sf_listen_for_stop(int on);
