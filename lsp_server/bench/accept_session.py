@@ -158,6 +158,10 @@ def summarize(events: list[dict], preempt_s: Sequence[float], reuse: dict) -> di
     busy = [e for e in of("probe-busy") if e["rounds"] == 0]
     idle = [e for e in of("probe-idle") if e["rounds"] == 0]
     preempt_ms = [s * 1000 for s in preempt_s]
+    # The measure of what background work costs a real request: the same spot's
+    # probe with the precompute running, minus with the worker idle.
+    idle_at = {e["spot"]: e["first_text_ms"] for e in idle}
+    delays = [e["first_text_ms"] - idle_at[e["spot"]] for e in busy if e["spot"] in idle_at]
     out = {
         "target_step_ms": step,
         "decoder_layer_ms": step / TARGET_LAYERS if step else None,
@@ -182,6 +186,9 @@ def summarize(events: list[dict], preempt_s: Sequence[float], reuse: dict) -> di
             [e["first_text_ms"] for e in accepts if e not in ready], 50),
         "probe_busy_first_text_p50_ms": _p([e["first_text_ms"] for e in busy], 50),
         "probe_idle_first_text_p50_ms": _p([e["first_text_ms"] for e in idle], 50),
+        "probe_delay_spots": len(delays),
+        "probe_delay_p50_ms": _p(delays, 50),
+        "probe_delay_max_ms": max(delays) if delays else None,
         "preempt_p50_ms": _p(preempt_ms, 50), "preempt_p95_ms": _p(preempt_ms, 95),
         "preempt_max_ms": max(preempt_ms) if preempt_ms else None,
         "reuse": reuse,
@@ -192,6 +199,9 @@ def summarize(events: list[dict], preempt_s: Sequence[float], reuse: dict) -> di
                     "first_suggestion_first_text_p50_ms"):
             if out[key] is not None:
                 out[key.replace("_ms", "_steps")] = out[key] / step
+        for key in ("probe_delay_p50_ms", "probe_delay_max_ms", "preempt_p50_ms", "preempt_max_ms"):
+            if out[key] is not None:
+                out[key.replace("_ms", "_layers")] = out[key] / out["decoder_layer_ms"]
     return out
 
 

@@ -131,7 +131,7 @@ class EngineWorker:
 
     def _abort_job(self, job: _Job) -> None:
         """The engine sees `abort` between layers; the job now running is also stopped inside
-        its native layer step, between the layer's products (native.request_stop)."""
+        its native layer step, between the layer's products or inside one (native.request_stop)."""
         job.abort.set()
         with self._lock:
             if job is self._running:

@@ -42,7 +42,24 @@ def model_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def _field(name: str) -> str:
+    for line in _cpuinfo().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return value.strip()
+    return ""
+
+
+def generation() -> str:
+    """'family 25 model 17' on x86 (AMD Zen 4 there), '' where cpuinfo has no such fields.
+    Cloud CPUs are often named only 'AMD EPYC', which Zen 3, 4 and 5 all share."""
+    family, model = _field("cpu family"), _field("model")
+    return f"family {family} model {model}" if family and model else ""
+
+
 def describe() -> str:
-    """'AMD EPYC (x86_64: avx2 fma f16c)': the CPU and the kernel-relevant flags it has."""
+    """'AMD EPYC, family 25 model 17 (x86_64: avx2 fma f16c)': the CPU, its generation where
+    cpuinfo has it, and the kernel-relevant flags it has."""
     have = [f for f in KERNEL_FLAGS if f in flags()]
-    return f"{model_name()} ({platform.machine()}: {' '.join(have) or 'no SIMD flags we use'})"
+    name = ", ".join(part for part in (model_name(), generation()) if part)
+    return f"{name} ({platform.machine()}: {' '.join(have) or 'no SIMD flags we use'})"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from lsp_server.kernels import cpu
 
-ZEN3 = "processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t\t: fpu sse2 avx avx2 fma f16c\n"
+ZEN3 = ("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC 7B13\n"
+        "flags\t\t: fpu sse2 avx avx2 fma f16c\n")
 
 
 def test_flags_and_model_come_from_cpuinfo() -> None:
@@ -16,5 +17,7 @@ def test_flags_and_model_come_from_cpuinfo() -> None:
 
 def test_describe_names_the_model_and_the_kernel_flags_only(monkeypatch) -> None:
     monkeypatch.setattr(cpu, "_cpuinfo", lambda: ZEN3)
-    assert cpu.describe().startswith("AMD EPYC 7B13 (")
+    assert cpu.describe().startswith("AMD EPYC 7B13, family 25 model 1 (")
     assert "avx2 fma f16c" in cpu.describe() and "sse2" not in cpu.describe()
+    monkeypatch.setattr(cpu, "_cpuinfo", lambda: "Features\t: fp asimd\n")  # ARM: no family
+    assert ", family" not in cpu.describe()
