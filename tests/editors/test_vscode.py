@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .support import BLOCK_TYPED, INSTALL_HINT, ROOT, SOURCE, missing, publish_screenshot, require_executable
+from .support import BLOCK_TYPED, INSTALL_HINT, STATEMENT_TYPED, ROOT, SOURCE, missing, publish_screenshot, require_executable
 
 pytestmark = pytest.mark.editors
 
@@ -121,8 +121,10 @@ def code_server(specfill_exe: Path, default_models: Path, tmp_path: Path, artifa
             proc.wait()
 
 
-def run_driver(server: CodeServer, artifacts: Path) -> dict[str, object]:
-    options = {"url": server.url, "file": "primes.py", "typed": TYPED, "typeThrough": TYPE_THROUGH,
+def run_driver(server: CodeServer, artifacts: Path, typed: str = TYPED, type_through: int = TYPE_THROUGH,
+               next_suggestion: bool = False) -> dict[str, object]:
+    options = {"url": server.url, "file": "primes.py", "typed": typed, "typeThrough": type_through,
+               "next": next_suggestion, "nextTimeoutMs": 120_000,
                "screenshots": str(artifacts), "timeoutMs": 400_000}
     env = {**os.environ, "NODE_PATH": str(TOOLS)}
     done = subprocess.run(
@@ -173,3 +175,16 @@ def test_ghost_text_streams_in_stays_steady_while_typed_through_and_tab_inserts_
         inserted, accepted, result["driver_log"])
     assert re.search(r"\d+% accepted · [\d.]+ tok/s", str(result["status"])), result["status"]
     publish_screenshot(artifacts / "vscode-ghost-text.png", "vscode-ghost-text.png")
+
+
+def test_after_tab_the_next_suggestion_comes_by_itself_and_the_status_says_where_from(
+        code_server: CodeServer, artifacts: Path) -> None:
+    # A statement, not the block: accepting the whole body ends the file's only function at
+    # the end of the file, where the right next suggestion is nothing.
+    result = run_driver(code_server, artifacts, typed=STATEMENT_TYPED, type_through=0, next_suggestion=True)
+    after = result["next"]
+    assert after["ghost"].strip(), (after, result["driver_log"])  # type: ignore[index]
+    # Ready with no model call (precomputed, or the accepted suggestion's own generation
+    # went past it), or generated: which one depends on the models, not on the client.
+    assert re.search(r"ready · (precomputed|from the last suggestion)|\d+% accepted · [\d.]+ tok/s",
+                     str(after["status"])), after  # type: ignore[index]

@@ -4,7 +4,8 @@
 //   node vscode_driver.cjs '<json options>'   (prints one JSON line with what it saw)
 //
 // Options: url, file (name to open with Quick Open), typed, typeThrough (how many of the
-// suggestion's first characters to type before Tab), screenshots (directory), timeoutMs.
+// suggestion's first characters to type before Tab), next (wait nextTimeoutMs after Tab for
+// the next suggestion and read the status it brings), screenshots (directory), timeoutMs.
 // Needs NODE_PATH to reach playwright-core.
 'use strict';
 
@@ -56,7 +57,7 @@ function readEditor() {
 
 function readStatusBar() {
   const items = [...document.querySelectorAll('.statusbar-item')].map((item) => item.textContent.trim());
-  return items.find((text) => /tok\/s/.test(text)) ?? null;
+  return items.find((text) => /tok\/s|ready · /.test(text)) ?? null;
 }
 
 /** The extension shows plain "specfill" once its server answered `initialize`. */
@@ -174,10 +175,26 @@ async function main() {
       await shoot('vscode-tab-ignored.png');
       throw new Error(`Tab inserted nothing: focus ${now.focus}, ghost text now ${JSON.stringify(await page.evaluate(readGhostText))}`);
     });
+    let next = null;
+    if (options.next) {
+      // The accept is an edit: VS Code asks for the suggestion at the new cursor by itself.
+      // Once its ghost text has stayed the same for a second, the answer is final and the
+      // status bar shows that completion's statistics.
+      let ghost = await waitFor(page, 'the next suggestion after Tab', () => page.evaluate(readGhostText), options.nextTimeoutMs);
+      for (let stable = Date.now(); Date.now() - stable < 1000; ) {
+        await page.waitForTimeout(100);
+        const now = await page.evaluate(readGhostText);
+        if (now !== ghost) [ghost, stable] = [now, Date.now()];
+        if (Date.now() > deadline) throw new Error(`the next suggestion never settled; last ${JSON.stringify(ghost)}`);
+      }
+      next = { ghost, status: await page.evaluate(readStatusBar) };
+      log(`next suggestion (${ghost.length} chars), status ${next.status}`);
+      await shoot('vscode-next-suggestion.png');
+    }
     await page.keyboard.press('Control+S');
     await waitFor(page, 'the file to be saved', () => page.$('.tab.dirty').then((dirty) => !dirty), 10000);
     await shoot('vscode-accepted.png');
-    process.stdout.write(JSON.stringify({ seen, accepted, typedThrough, status, screenshots: shots }) + '\n');
+    process.stdout.write(JSON.stringify({ seen, accepted, typedThrough, status, next, screenshots: shots }) + '\n');
   } catch (error) {
     await shoot('vscode-failure.png').catch(() => {});
     process.stdout.write(JSON.stringify({ error: String(error), seen, screenshots: shots }) + '\n');

@@ -5,6 +5,9 @@ export interface CompletionStats {
   acceptance_rate?: number;
   tokens_per_s?: number;
   generated_tokens?: number;
+  rounds?: number;
+  prefilled_tokens?: number;
+  known_source?: string;
   [field: string]: unknown;
 }
 
@@ -15,9 +18,21 @@ export interface ServerStats {
 }
 
 export function describe(stats: CompletionStats): string {
+  const known = knownFrom(stats);
+  if (known) return `ready · ${known}`;
   const rate = stats.acceptance_rate === undefined ? '–' : `${Math.round(stats.acceptance_rate * 100)}%`;
   const speed = stats.tokens_per_s === undefined ? '–' : stats.tokens_per_s.toFixed(1);
   return `${rate} accepted · ${speed} tok/s`;
+}
+
+/**
+ * Where a suggestion that took no model call came from: the server's background work after
+ * a shown suggestion ("precomputed"), or the generation of an earlier one that the user typed
+ * through or accepted. '' when the models ran (its acceptance rate and speed then say more).
+ */
+export function knownFrom(stats: CompletionStats): string {
+  if (!stats.known_source || stats.rounds || stats.prefilled_tokens) return '';
+  return stats.known_source === 'background' ? 'precomputed' : 'from the last suggestion';
 }
 
 /** Status bar item: acceptance rate and speed of the last completion, or why there is none. */
