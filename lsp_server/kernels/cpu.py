@@ -34,20 +34,17 @@ def flags() -> frozenset[str]:
     return parse_flags(_cpuinfo())
 
 
-def model_name() -> str:
+def _field(*names: str) -> str:
+    """The value of the first cpuinfo line keyed by one of `names`; '' where none is."""
     for line in _cpuinfo().splitlines():
         key, _, value = line.partition(":")
-        if key.strip() in ("model name", "Model name", "Hardware"):
-            return value.strip()
-    return platform.processor() or platform.machine()
-
-
-def _field(name: str) -> str:
-    for line in _cpuinfo().splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == name:
+        if key.strip() in names:
             return value.strip()
     return ""
+
+
+def model_name() -> str:
+    return _field("model name", "Model name", "Hardware") or platform.processor() or platform.machine()
 
 
 def generation() -> str:

@@ -75,6 +75,17 @@ async function waitFor(page, what, predicate, timeoutMs, intervalMs = 100) {
   }
 }
 
+/** The ghost text once it has stayed the same for a second, starting from `ghost`. */
+async function settledGhost(page, ghost, what, deadline) {
+  for (let stable = Date.now(); Date.now() - stable < 1000; ) {
+    await page.waitForTimeout(100);
+    const now = await page.evaluate(readGhostText);
+    if (now !== ghost) [ghost, stable] = [now, Date.now()];
+    if (Date.now() > deadline) throw new Error(`${what} never settled; last ${JSON.stringify(ghost)}`);
+  }
+  return ghost;
+}
+
 async function openFile(page, name) {
   await page.waitForSelector('.monaco-workbench', { timeout: 120000 });
   // The workbench takes keyboard input only once it has finished restoring.
@@ -131,13 +142,7 @@ async function main() {
     }
     // The final answer re-triggers the suggestion once more: wait until the ghost text has
     // stayed the same for a second, so Tab meets the suggestion the screen shows.
-    let accepted = await page.evaluate(readGhostText);
-    for (let stable = Date.now(); Date.now() - stable < 1000; ) {
-      await page.waitForTimeout(100);
-      const now = await page.evaluate(readGhostText);
-      if (now !== accepted) [accepted, stable] = [now, Date.now()];
-      if (Date.now() > deadline) throw new Error(`the ghost text never settled; last ${JSON.stringify(accepted)}`);
-    }
+    let accepted = await settledGhost(page, await page.evaluate(readGhostText), 'the ghost text', deadline);
     if (!accepted) throw new Error(`the ghost text disappeared before Tab; saw ${JSON.stringify(seen)}`);
     if (seen[seen.length - 1] !== accepted) seen.push(accepted);
     await shoot('vscode-ghost-text.png');
@@ -180,13 +185,8 @@ async function main() {
       // The accept is an edit: VS Code asks for the suggestion at the new cursor by itself.
       // Once its ghost text has stayed the same for a second, the answer is final and the
       // status bar shows that completion's statistics.
-      let ghost = await waitFor(page, 'the next suggestion after Tab', () => page.evaluate(readGhostText), options.nextTimeoutMs);
-      for (let stable = Date.now(); Date.now() - stable < 1000; ) {
-        await page.waitForTimeout(100);
-        const now = await page.evaluate(readGhostText);
-        if (now !== ghost) [ghost, stable] = [now, Date.now()];
-        if (Date.now() > deadline) throw new Error(`the next suggestion never settled; last ${JSON.stringify(ghost)}`);
-      }
+      const shown = await waitFor(page, 'the next suggestion after Tab', () => page.evaluate(readGhostText), options.nextTimeoutMs);
+      const ghost = await settledGhost(page, shown, 'the next suggestion', deadline);
       next = { ghost, status: await page.evaluate(readStatusBar) };
       log(`next suggestion (${ghost.length} chars), status ${next.status}`);
       await shoot('vscode-next-suggestion.png');
