@@ -2,7 +2,7 @@
  * no Python. Built from the C sources alone, so it also runs cross-compiled under qemu:
  *
  *   cc -O2 -ffp-contract=off -pthread -I lsp_server/kernels/native tests/kernels/native_selftest.c \
- *      lsp_server/kernels/native/{ref,avx2,avx512,neon,dispatch}.c -lm && ./a.out
+ *      lsp_server/kernels/native/{ref,avx2,avx512,neon,variants,pool,matmul,layer}.c -lm && ./a.out
  *
  * Prints "N passed, M failed" and exits non-zero when anything failed. */
 #include <math.h>

@@ -21,11 +21,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-VARIANTS = ("scalar", "avx2", "avx512", "neon")
-# what each variant needs, as /proc/cpuinfo names it (the C side checks the same)
-_AVX2 = ("avx2", "fma", "f16c")
-NEEDS = {"scalar": (), "avx2": _AVX2, "avx512": (*_AVX2, "avx512f", "avx512bw", "avx512vl", "avx512_vnni"),
-         "neon": ("asimd", "asimddp")}
+# Mirrors of specfill_kernels.h's enums and struct sf_layer; tests/kernels/test_native_mirrors.py
+# checks them against the C side (a probe compiled from the header), field for field.
+VARIANTS = ("scalar", "avx2", "avx512", "neon")  # enum sf_variant
 TYPES = {2: "Q4_0", 6: "Q5_0", 8: "Q8_0", 12: "Q4_K", 14: "Q6_K"}  # ggml type id -> name
 REPACKED = {2: 102, 6: 106, 8: 108, 12: 112, 14: 114}  # ggml type -> its kernel-side form, 8 rows by 8 (SF_*_X8)
 _ERRORS = {-1: "unsupported type", -2: "bad shape", -3: "NULL pointer", -4: "out of memory"}
@@ -68,6 +66,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     signatures = {
         "sf_variant_supported": (c_int, [c_int]), "sf_variant_best": (c_int, []),
         "sf_set_variant": (c_int, [c_int]), "sf_get_variant": (c_int, []),
+        "sf_variant_needs": (ctypes.c_char_p, [c_int]),
         "sf_request_stop": (None, []), "sf_clear_stop": (None, []), "sf_listen_for_stop": (None, [c_int]),
         "sf_set_threads": (None, [c_int]), "sf_get_threads": (c_int, []), "sf_set_spin_us": (None, [c_int]),
         "sf_type_supported": (c_int, [c_int]), "sf_block_values": (c_i64, [c_int]),
@@ -90,6 +89,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
 
 
 _lib, _why = _load()
+# what each variant needs, as /proc/cpuinfo names the flags: the list the C side checks
+NEEDS = {name: tuple(_lib.sf_variant_needs(i).decode().split()) for i, name in enumerate(VARIANTS)} if _lib else {}
 
 
 def available() -> bool:

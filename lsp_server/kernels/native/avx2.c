@@ -1,5 +1,5 @@
 /* AVX2 + FMA + F16C: the x86 floor. The kernels are x86_body.h, compiled for this ISA by the
- * pragma, so the library builds with plain flags; dispatch.c runs it where the CPU has
+ * pragma, so the library builds with plain flags; variants.c runs it where the CPU has
  * avx2, fma and f16c. */
 #include "blocks.h"
 

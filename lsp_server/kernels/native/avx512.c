@@ -3,7 +3,7 @@
  * products (most of a step) do their integer work on 512-bit registers: Sapphire Rapids
  * issues two zmm vpdpbusd a cycle, as many as ymm, so the multiply-add rate doubles; Zen 4
  * splits a zmm in two, the same rate as ymm with fewer instructions. The rest stays on
- * 256-bit registers (AVX512VL), where the 32-value blocks fit. dispatch.c runs it where the
+ * 256-bit registers (AVX512VL), where the 32-value blocks fit. variants.c runs it where the
  * CPU has avx512f, avx512bw, avx512vl and avx512vnni (plus AVX2's flags). */
 #include "blocks.h"
 

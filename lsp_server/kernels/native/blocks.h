@@ -239,7 +239,7 @@ static inline float sf_lanes8_sum(const float a[8]) {
 static inline size_t sf_act_bytes_k(int64_t K) { return (size_t)(K / SF_QKK) * sizeof(sf_act_k); }
 static inline size_t sf_act_bytes_32(int64_t K) { return (size_t)(K / SF_QK32) * sizeof(sf_act_32); }
 
-/* ---- what one variant (one ISA file) provides; dispatch.c holds the table ----
+/* ---- what one variant (one ISA file) provides; variants.c holds the table ----
  * quant_*: one fp32 row of K values -> K/256 sf_act_k (or K/32 sf_act_32) blocks.
  * rows: y[m * ldy + r] = dot(weight row r, activation row m) for r < nrows, m < M, with
  *   weight row r at w + r * w_row_bytes and activation row m at xq + m * xq_row_bytes.

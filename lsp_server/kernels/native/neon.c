@@ -1,5 +1,5 @@
 /* ARM64 NEON with the dot-product extension (ARMv8.2 dotprod: Apple M1 and later, Graviton 2
- * and later, Cortex-A76 / X1 and later, Ampere Altra). dispatch.c runs it where the kernel
+ * and later, Cortex-A76 / X1 and later, Ampere Altra). variants.c runs it where the kernel
  * reports asimddp; elsewhere the scalar reference runs.
  *
  * Vectorised: the activation quantization, the repacked (x8) products the models run (every

@@ -45,6 +45,9 @@ int sf_variant_best(void);
 int sf_set_variant(int variant);           /* 0 ok, -1 refused: never runs what the CPU lacks */
 int sf_get_variant(void);
 const char *sf_variant_name(int variant);  /* "scalar", "avx2", ...; NULL if out of range */
+/* What a variant needs of the CPU, as /proc/cpuinfo names the flags, space-separated ("" for
+ * scalar); the same list sf_variant_supported checks. NULL if out of range. */
+const char *sf_variant_needs(int variant);
 
 /* Threads, the caller's included; n <= 0 means the CPUs in the affinity mask (default). */
 void sf_set_threads(int n);

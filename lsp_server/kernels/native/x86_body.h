@@ -3,7 +3,7 @@
  * (any order, and VNNI's fused multiply-adds give the same int32 as maddubs + madd, which
  * cannot saturate here), and the float work per block is the shared sf_*_term code of
  * blocks.h, in the same k order (for the 32-value types, 8 blocks per register = the
- * reference's 8 lanes). dispatch.c only runs a variant where the CPU has its flags. */
+ * reference's 8 lanes). variants.c only runs a variant where the CPU has its flags. */
 #ifndef SF_X86_BODY_H
 #define SF_X86_BODY_H
 
