@@ -21,6 +21,9 @@ ENTROPY_EMA = 0.5  # weight of the newest round's mean target entropy
 # uses it.
 PRIOR_TOKENS = 8
 PRIOR_ACCEPTANCE = 0.8
+# The same for a free draft (prompt lookup, the pool), per source: right less often than the
+# model (130 of 279 lookup tokens in one `bench engine` run), but costing no draft step.
+FREE_PRIOR_ACCEPTANCE = 0.6
 # Generated lengths remembered per context: what the next answer there will likely need.
 LENGTHS_KEPT = 16
 
@@ -35,6 +38,8 @@ class ContextMemory:
     # 501 in one `bench engine` run): accepted tokens, and rounds cut at a rejected token.
     model_accepted: int = 0
     model_rejected: int = 0
+    # Free drafts per source: [accepted, rounds cut at a rejected token].
+    free: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def mean_accepted(self) -> float:
@@ -71,8 +76,9 @@ class AcceptanceMemory:
             kept = self.lengths.get(context)
             return statistics.median(kept) if kept else None
 
-    def record(self, context: str, drafted: int, accepted: int, model: bool = True) -> None:
-        """One round's proposal (`model`: the draft model's, else prompt lookup's)."""
+    def record(self, context: str, drafted: int, accepted: int, model: bool = True,
+               source: str = "") -> None:
+        """One round's proposal (`model`: the draft model's, else the free `source`'s)."""
         with self.lock:
             m = self.by_context.setdefault(context, ContextMemory())
             m.rounds += 1
@@ -81,6 +87,20 @@ class AcceptanceMemory:
             if model:
                 m.model_accepted += accepted
                 m.model_rejected += accepted < drafted
+            elif source:
+                seen = m.free.setdefault(source, [0, 0])
+                seen[0] += accepted
+                seen[1] += accepted < drafted
+
+    def free_prior(self, context: str, source: str) -> float:
+        """A free source's position acceptance in this context once it has PRIOR_TOKENS
+        judged positions, else FREE_PRIOR_ACCEPTANCE."""
+        with self.lock:
+            m = self.by_context.get(context)
+            accepted, rejected = m.free.get(source, (0, 0)) if m else (0, 0)
+        if accepted + rejected < PRIOR_TOKENS:
+            return FREE_PRIOR_ACCEPTANCE
+        return position_acceptance(accepted, rejected)
 
     def suggested_k(self, policy: DraftPolicy, min_rounds: int = 8) -> int:
         """Start where this context's past rounds say the draft is usually right."""
@@ -97,7 +117,9 @@ class AcceptanceMemory:
                     "mean_accepted_per_round": m.mean_accepted,
                     "acceptance_rate": m.accepted / m.drafted if m.drafted else 0.0,
                     "model_positions": m.model_accepted + m.model_rejected,
-                    "model_position_acceptance": position_acceptance(m.model_accepted, m.model_rejected)}
+                    "model_position_acceptance": position_acceptance(m.model_accepted, m.model_rejected),
+                    "free_position_acceptance": {
+                        source: position_acceptance(*seen) for source, seen in m.free.items()}}
                 for c, m in self.by_context.items()
             }
 
@@ -120,6 +142,7 @@ class Controller:
         prior = memory.snapshot().get(policy.context) if memory is not None else None
         seen = prior["model_positions"] if prior else 0
         self.prior = prior["model_position_acceptance"] if seen >= PRIOR_TOKENS else PRIOR_ACCEPTANCE
+        self.free_seen: dict[str, list[int]] = {}  # this request's [accepted, rejected] per free source
 
     @property
     def entropy_switching(self) -> bool:
@@ -133,6 +156,20 @@ class Controller:
         return ((self.model_accepted + PRIOR_TOKENS * self.prior)
                 / (self.model_accepted + self.model_rejected + PRIOR_TOKENS))
 
+    @property
+    def speculates(self) -> bool:
+        """Whether any draft may run: not in mode off or a context capped at k = 0. The
+        entropy switch stops the model's drafts only; a free draft's length is priced by
+        its own acceptance (free_acceptance)."""
+        return self.policy.mode != "off" and self.policy.k_max > 0
+
+    def free_acceptance(self, source: str) -> float:
+        """How often this free source is right at a verified position in this request,
+        pulled towards the context's record of it (or the free prior)."""
+        accepted, rejected = self.free_seen.get(source, (0, 0))
+        prior = self.memory.free_prior(self.policy.context, source) if self.memory else FREE_PRIOR_ACCEPTANCE
+        return (accepted + PRIOR_TOKENS * prior) / (accepted + rejected + PRIOR_TOKENS)
+
     def next_k(self) -> int:
         """The heuristic's k, capped by the k that the measured round costs say pays most
         at this acceptance (0: a plain round beats any draft here)."""
@@ -142,7 +179,8 @@ class Controller:
             return self.k
         return min(self.k, best_k(self.costs, self.acceptance, self.policy.k_max))
 
-    def observe(self, drafted: int, accepted: int, target_entropy: float | None, model: bool = True) -> None:
+    def observe(self, drafted: int, accepted: int, target_entropy: float | None, model: bool = True,
+                source: str = "") -> None:
         """Learn from one round: +2 when every drafted token was accepted, -1 after a
         rejection (the heuristic transformers calls "heuristic"), and entropy hysteresis.
 
@@ -150,15 +188,20 @@ class Controller:
         draft was unsure of, so when only that last token is rejected the stop did its job
         and k stays. Shrinking k there cuts the next confident run short (measured in
         `specfill bench policy`: +2/-1 alone lost to a fixed k of 8 with the stop).
-        `model`: the draft model proposed it (else prompt lookup): only its rounds price
-        the cost model's acceptance."""
+        `model`: the draft model proposed it (else the free `source`): only its rounds price
+        the cost model's acceptance, and only they move k (a free draft's length is the
+        match's)."""
         p = self.policy
         if model:
             self.model_accepted += accepted
             self.model_rejected += accepted < drafted
+        elif drafted and source:
+            seen = self.free_seen.setdefault(source, [0, 0])
+            seen[0] += accepted
+            seen[1] += accepted < drafted
         if drafted and self.memory is not None:
-            self.memory.record(p.context, drafted, accepted, model)
-        if drafted and p.mode == "adaptive":
+            self.memory.record(p.context, drafted, accepted, model, source)
+        if drafted and model and p.mode == "adaptive":
             cut_short = p.draft_p_min > 0 and drafted < self.k
             if accepted == drafted:
                 self.k = clamp(self.k + 2, p.k_min, p.k_max)

@@ -69,6 +69,23 @@ def predicted_speedup(costs: RowCosts, k: int, acceptance: float) -> float:
     return tokens_per_s(costs, k, acceptance) / tokens_per_s(costs, 0, acceptance)
 
 
+def verify_s(costs: RowCosts, rows: int) -> float:
+    """A target feed of `rows` rows; past the rows timed, the timed slope carries on (a free
+    draft may be longer than any k the model drafts)."""
+    timed = costs.target
+    if rows <= len(timed):
+        return timed[max(rows, 1) - 1]
+    slope = (timed[-1] - timed[0]) / (len(timed) - 1) if len(timed) > 1 else timed[0]
+    return timed[-1] + (rows - len(timed)) * max(slope, 0.0)
+
+
+def free_length(costs: RowCosts, proposed: int, acceptance: float) -> tuple[int, float]:
+    """How many of a free draft's `proposed` tokens (lookup, the pool: no draft step) are
+    worth verifying at this acceptance, and that round's tokens per second."""
+    return max(((n, expected_tokens(n, acceptance) / verify_s(costs, n + 1))
+                for n in range(proposed + 1)), key=lambda pair: (pair[1], -pair[0]))
+
+
 def draft_pays(costs: RowCosts, acceptance: float, catch_up: int, tokens: float,
                k_max: int | None = None) -> bool:
     """Whether a request should draft with the model: the seconds its rounds save over

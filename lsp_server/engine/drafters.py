@@ -1,10 +1,12 @@
-"""Drafters propose tokens for the target to verify: a small model, or prompt lookup.
+"""Drafters propose tokens for the target to verify: a small model, prompt lookup, or the
+pool of what the engine has seen before (token_pool).
 
-Both answer `propose(ids, k, ...) -> Draft`; the engine meters each one separately.
+Each answers `propose(ids, k, ...)`; the engine meters each one separately.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -14,6 +16,7 @@ import torch
 from .cache import Aborted, KVSlot, LeanSlot, SlotPool
 from .draft_head import draft_head
 from .sampling import Sampling, warp
+from .token_pool import MATCH_CAP, ORDERS, TokenPool
 from .types import common_prefix_len
 
 
@@ -117,3 +120,88 @@ class PromptLookupDrafter:
                     if len(follow):
                         return Draft(self.name, follow.tolist()), n
         return Draft(self.name, []), 0
+
+
+# Prompts remembered to feed the pool only what a new one changes (a warm, its request and
+# the precomputes after it mostly repeat one window).
+RECENT_PROMPTS = 8
+# Tokens of unchanged prompt kept on each side of a changed part, so the n-grams that cross
+# into it are indexed and its continuation runs on a little.
+CONTEXT = max(ORDERS)
+# A generation's match is preferred unless a prompt's is longer by more than this: what the
+# server produced (and the editor showed) is the likelier repeat.
+OUTPUT_BONUS = 4
+
+
+class PoolDrafter:
+    """No model: continue the tail from the prompts and generations of earlier requests.
+
+    Two pools, so a large file open cannot push out the completions: `shown` (every prompt
+    the engine prefilled: the open file's window, the cross-file chunks) and `made` (every
+    generation, after the prompt tokens that led to it)."""
+
+    name = "pool"
+
+    def __init__(self, capacity: int = 1 << 20, output_capacity: int = 1 << 18):
+        self.shown = TokenPool(capacity)
+        self.made = TokenPool(output_capacity)
+        # (prompt, the oldest ring position its tokens lie at), newest last
+        self._recent: deque[tuple[np.ndarray, int]] = deque(maxlen=RECENT_PROMPTS)
+
+    def see_prompt(self, ids: Sequence[int]) -> int:
+        """Index the part of a prompt the recent ones lack; returns the tokens added."""
+        arr = np.asarray(ids, dtype=np.int64)
+        start, end, oldest = self._changed(arr)
+        if start >= end:
+            return 0
+        start, end = max(0, start - CONTEXT), min(len(arr), end + CONTEXT)
+        oldest = min(oldest, self.shown.total)
+        self.shown.add(arr[start:end])
+        self._recent.append((arr, oldest))
+        return end - start
+
+    def _changed(self, arr: np.ndarray) -> tuple[int, int, int]:
+        """[start, end) of `arr` that differs from the most similar recent prompt whose
+        tokens are all still in the ring (the whole of it where none is), and the oldest
+        ring position the unchanged rest relies on."""
+        best = (0, len(arr), self.shown.total)
+        for old, oldest in self._recent:
+            if oldest < self.shown.total - self.shown.capacity:
+                continue  # part of it was overwritten: its n-grams may be gone
+            head = _common_prefix(old, arr)
+            tail = min(_common_prefix(old[::-1], arr[::-1]), len(arr) - head, len(old) - head)
+            if len(arr) - head - tail < best[1] - best[0]:
+                best = (head, len(arr) - tail, oldest)
+        return best
+
+    def see_output(self, prompt: Sequence[int], generated: Sequence[int]) -> None:
+        if generated:
+            # with as much of the prompt as a match is measured over, so a generation's
+            # match is not cut shorter than the same text's in the prompt pool
+            self.made.add(list(prompt[-MATCH_CAP:]) + list(generated))
+
+    def propose(self, ids: Sequence[int], limit: int) -> tuple[Draft, int]:
+        """Up to `limit` tokens that followed the tail's longest match; (draft, match length)."""
+        made = self.made.longest(ids, limit)
+        shown = self.shown.longest(ids, limit)
+        match = made if made and (shown is None or made.length + OUTPUT_BONUS >= shown.length) else shown
+        if match is None:
+            return Draft(self.name, []), 0
+        return Draft(self.name, match.tokens), match.length
+
+    def clear(self) -> None:
+        self.shown.clear()
+        self.made.clear()
+        self._recent.clear()
+
+    def snapshot(self) -> dict[str, int]:
+        """What the pool holds and its fixed memory (for specfill/stats and the benchmark)."""
+        return {"prompt_tokens_held": self.shown.held, "output_tokens_held": self.made.held,
+                "tokens_seen": self.shown.total + self.made.total,
+                "bytes": self.shown.nbytes + self.made.nbytes}
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    return int(differ[0]) if len(differ) else n

@@ -21,7 +21,8 @@ from .controller import AcceptanceMemory, Controller
 from .costs import LiveCosts, RowCosts, draft_pays
 from .detokenize import StreamingText
 from .draft_head import DEFAULT_COMMON
-from .drafters import Draft, ModelDrafter, PromptLookupDrafter
+from .draft_choice import Offer, pick_free
+from .drafters import Draft, ModelDrafter, PoolDrafter, PromptLookupDrafter
 from .healing import TokenTexts, mask_to, remaining
 from .lean_step import one_call_rows
 from .lineage import Lineage, best_known
@@ -32,8 +33,12 @@ from .types import CompletionRequest, DraftPolicy, EngineEvent, Finished, Stats,
 # Lookup proposals are free, but a wrong one still costs a target pass that the draft
 # model might have used better: only trust an n-gram match at least this long.
 LOOKUP_MIN_MATCH = 3
-# Tokens of lookup proposals judged before its acceptance rate in a request counts.
+# Tokens of a free source's proposals judged before its acceptance rate in a request counts.
 LOOKUP_TRIAL_TOKENS = 8
+# Most tokens a free draft (lookup, the pool) proposes: a verify of 16 rows is one library
+# call a layer on the native kernels (lean_step.one_call_rows), and the measured costs cut it
+# shorter where the source is often wrong (draft_choice).
+FREE_DRAFT_MAX = 15
 # Greedy generations remembered for type-through and precomputed answers (lineage.py).
 LINEAGES = 32
 
@@ -78,6 +83,11 @@ class EngineOptions:
     lean_steps: bool = True
     # The draft scores token ids below this and the request's own (draft_head.py); 0: all.
     draft_vocab: int = DEFAULT_COMMON
+    free_draft_max: int = FREE_DRAFT_MAX
+    # Token ids the pool of earlier prompts / of earlier generations holds (drafters.PoolDrafter;
+    # 52 bytes a token: 27 + 7 MB, fixed).
+    pool_tokens: int = 1 << 19
+    pool_output_tokens: int = 1 << 17
 
 
 @dataclass
@@ -116,6 +126,7 @@ class SpeculativeEngine:
             if model is not None:
                 install_abort_hooks(model)
         self.lookup = PromptLookupDrafter()
+        self.history = PoolDrafter(self.options.pool_tokens, self.options.pool_output_tokens)
         self.memory = AcceptanceMemory()
         self.live: LiveCosts | None = None  # once the runtime has timed this machine (costs)
         self._token_texts: TokenTexts | None = None  # see token_texts()
@@ -143,6 +154,7 @@ class SpeculativeEngine:
                 rest = yield from self._replay_known(run)
             if run.stats.stop_reason:  # answered from an earlier generation: no model call
                 yield self._finish(run)
+                self._see(run)
                 return
             slot = self.pool.acquire(run.ids, protect=request.max_new_tokens <= 0)
             with abort_scope(should_abort):
@@ -152,6 +164,7 @@ class SpeculativeEngine:
                     run.stats.stop_reason = "warm"
             if run.stats.stop_reason == "warm":
                 yield self._finish(run)
+                self._see(run)
                 return
             token, rest = self._choose(run, logits, rest)
             yield from self._accept(run, [token])
@@ -176,6 +189,13 @@ class SpeculativeEngine:
             self.memory.record_length(request.policy.context, len(run.generated))
         self._remember(run)
         yield self._finish(run)
+        self._see(run)
+
+    def _see(self, run: _Run) -> None:
+        """The pool learns the prompt and what was generated after it: once the answer is on
+        its way, so the request never waits for it."""
+        self.history.see_prompt(run.request.prompt_ids)
+        self.history.see_output(run.request.prompt_ids, run.generated)
 
     def _replay_known(self, run: _Run) -> Iterator[EngineEvent]:
         """Stream the tokens an earlier greedy generation already settled for this prompt
@@ -222,6 +242,7 @@ class SpeculativeEngine:
     def clear_caches(self) -> None:
         """Forget every earlier request: KV caches and the generations kept for reuse."""
         self.lineages.clear()
+        self.history.clear()
         self.pool.clear()
         if self.drafter is not None:
             self.drafter.pool.clear()
@@ -302,10 +323,12 @@ class SpeculativeEngine:
         self, run: _Run, slot: KVSlot, controller: Controller, should_abort: Callable[[], bool],
     ) -> list[int]:
         stats, ids = run.stats, run.ids
-        k = min(controller.next_k(), run.request.max_new_tokens - len(run.generated))
+        left = run.request.max_new_tokens - len(run.generated)
+        k = min(controller.next_k(), left)
         if self.options.max_k:
             k = min(k, self.options.max_k)
-        draft = self._draft(run, k, controller, should_abort) if k > 0 else Draft("plain", [])
+        free = min(self.options.free_draft_max, left) if controller.speculates else 0
+        draft = self._draft(run, k, free, controller, should_abort)
         if should_abort():
             raise Aborted()
         t = time.perf_counter()
@@ -330,21 +353,24 @@ class SpeculativeEngine:
             d.accepted += n
         else:
             stats.plain_rounds += 1
-        controller.observe(len(draft.tokens), n, h, model=draft.source == "draft")
+        controller.observe(len(draft.tokens), n, h, model=draft.source == "draft", source=draft.source)
         return draft.tokens[:n] + [nxt]
 
     def _draft(
-        self, run: _Run, k: int, controller: Controller, should_abort: Callable[[], bool],
+        self, run: _Run, k: int, free: int, controller: Controller, should_abort: Callable[[], bool],
     ) -> Draft:
+        """This round's draft: a free one when it is expected to pay more (draft_choice),
+        else the draft model's k tokens, else none (a plain round)."""
         policy = run.request.policy
-        model = None if run.stats.draft_skipped else self._model_drafter(policy)
+        model = None if run.stats.draft_skipped or k <= 0 else self._model_drafter(policy)
         t = time.perf_counter()
-        if policy.prompt_lookup and (model is None or self._lookup_trusted(run)):
-            draft, match = self.lookup.propose(run.ids, k)
-            if draft.tokens and (match >= self.options.lookup_min_match or model is None):
-                run.stats.drafter(draft.source).time_s += time.perf_counter() - t
-                run.stats.draft_s += time.perf_counter() - t
-                return draft
+        offers = self._free_offers(run, free) if policy.prompt_lookup and free > 0 else []
+        draft = pick_free(offers, controller, k if model is not None else 0,
+                          min_match=self.options.lookup_min_match, trusted=self._trusted(run))
+        if draft is not None:
+            run.stats.drafter(draft.source).time_s += time.perf_counter() - t
+            run.stats.draft_s += time.perf_counter() - t
+            return draft
         if model is None:
             return Draft("plain", [])
         if model.missing(run.ids) > 1:  # catching up, timed apart from the draft steps
@@ -376,14 +402,24 @@ class SpeculativeEngine:
         return draft_pays(controller.costs, controller.acceptance, run.stats.draft_catch_up, tokens,
                           run.request.policy.k_max)
 
-    def _lookup_trusted(self, run: _Run) -> bool:
-        """Lookup is free to propose, but a wrong guess wastes the target pass that the
-        draft model could have used: once lookup has a record in this request, it must be
-        right at least `lookup_min_acceptance` of the time to go first."""
-        d = run.stats.drafters.get("lookup")
-        if d is None or d.drafted < LOOKUP_TRIAL_TOKENS:
-            return True
-        return d.acceptance_rate >= self.options.lookup_min_acceptance
+    def _free_offers(self, run: _Run, limit: int) -> list[Offer]:
+        """What the request's own context (lookup) and earlier requests (the pool) propose."""
+        lookup, match = self.lookup.propose(run.ids, limit)
+        pooled, pool_match = self.history.propose(run.ids, limit)
+        return [Offer(lookup, match), Offer(pooled, pool_match)]
+
+    def _trusted(self, run: _Run) -> set[str]:
+        """Free sources that may go before the draft model when no costs are measured: a
+        free guess is free to make, but a wrong one wastes the target pass the model could
+        have used, so once a source has a record in this request it must be right at least
+        `lookup_min_acceptance` of the time."""
+        trusted = set()
+        for source in (self.lookup.name, self.history.name):
+            d = run.stats.drafters.get(source)
+            if d is None or d.drafted < LOOKUP_TRIAL_TOKENS or \
+                    d.acceptance_rate >= self.options.lookup_min_acceptance:
+                trusted.add(source)
+        return trusted
 
     def _model_drafter(self, policy: DraftPolicy) -> ModelDrafter | None:
         """The draft model when this request may use it."""

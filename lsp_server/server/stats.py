@@ -28,7 +28,7 @@ class _Tally:
     k_sum: int = 0
     draft_skipped: int = 0  # requests whose draft catch-up would have cost more than it saved
     drafters: dict[str, dict[str, float]] = field(
-        default_factory=lambda: defaultdict(lambda: {"drafted": 0, "accepted": 0, "rounds": 0}))
+        default_factory=lambda: defaultdict(lambda: {"drafted": 0, "accepted": 0, "rounds": 0, "time_s": 0.0}))
     # The newest samples only: a server that runs for weeks must not grow with every token.
     ttft_s: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
     itl_s: deque[float] = field(default_factory=lambda: deque(maxlen=100_000))
@@ -48,6 +48,7 @@ class _Tally:
             row["drafted"] += d.drafted
             row["accepted"] += d.accepted
             row["rounds"] += d.rounds
+            row["time_s"] += d.time_s  # proposing: draft steps, or a free source's lookup
         if stats.ttft_s is not None:
             self.ttft_s.append(stats.ttft_s)
         self.itl_s.extend(stats.inter_token_latencies())

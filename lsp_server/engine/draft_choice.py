@@ -1,0 +1,48 @@
+"""Which draft a round verifies: a free one (prompt lookup, the pool of earlier requests) or
+the draft model's, by the tokens per second each is expected to give.
+
+A free draft costs no draft step, only the verify's extra rows, so it may run longer than
+any k the model drafts; its length is cut where one more token stops paying at its source's
+acceptance (costs.free_length). The draft model's round is priced as the controller prices
+it (costs.tokens_per_s at its k); a plain round as one target step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from .controller import Controller
+from .costs import free_length, tokens_per_s
+from .drafters import Draft
+
+
+@dataclass(frozen=True)
+class Offer:
+    """A free draft and how long a tail of the context it matched."""
+
+    draft: Draft
+    match: int
+
+
+def pick_free(offers: Sequence[Offer], controller: Controller, model_k: int, *,
+              min_match: int, trusted: set[str]) -> Draft | None:
+    """The free draft to verify this round, or None: let the model draft (model_k > 0) or
+    decode plainly. Without measured costs (a fixed k, tests): the longest match, and with
+    the model at hand only a match of `min_match` tokens from a `trusted` source."""
+    offers = [o for o in offers if o.draft.tokens]
+    if not offers:
+        return None
+    if controller.costs is None:
+        if model_k > 0:
+            offers = [o for o in offers if o.match >= min_match and o.draft.source in trusted]
+        return max(offers, key=lambda o: o.match).draft if offers else None
+    costs = controller.costs
+    other = tokens_per_s(costs, model_k, controller.acceptance) if model_k > 0 else 0.0
+    best, best_rate = None, max(other, tokens_per_s(costs, 0, 1.0))
+    for offer in offers:
+        keep, rate = free_length(costs, len(offer.draft.tokens),
+                                 controller.free_acceptance(offer.draft.source))
+        if keep and rate > best_rate:
+            best, best_rate = Draft(offer.draft.source, offer.draft.tokens[:keep]), rate
+    return best

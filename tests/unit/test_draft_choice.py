@@ -1,0 +1,64 @@
+"""Per round: a free draft (lookup, the pool), the draft model, or a plain step, by the
+tokens per second each is expected to give at the measured costs."""
+
+from __future__ import annotations
+
+from lsp_server.engine.controller import AcceptanceMemory, Controller
+from lsp_server.engine.costs import RowCosts, free_length, verify_s
+from lsp_server.engine.draft_choice import Offer, pick_free
+from lsp_server.engine.drafters import Draft
+from lsp_server.engine.types import DraftPolicy
+
+FLAT = RowCosts(target=(1.0, 1.05, 1.1, 1.15, 1.2), draft=0.3)
+
+
+def controller(costs=FLAT, mode="adaptive") -> Controller:
+    return Controller(DraftPolicy(context="c", mode=mode), AcceptanceMemory(), costs)
+
+
+def offer(source: str, n: int, match: int = 8) -> Offer:
+    return Offer(Draft(source, list(range(n))), match)
+
+
+def test_verify_cost_carries_the_timed_slope_past_the_rows_timed():
+    assert verify_s(FLAT, 5) == 1.2
+    assert abs(verify_s(FLAT, 9) - 1.4) < 1e-9
+
+
+def test_a_free_draft_is_cut_where_one_more_token_stops_paying():
+    assert free_length(FLAT, 12, 0.95)[0] == 12  # right almost always: verify it all
+    assert free_length(FLAT, 12, 0.02)[0] == 0  # almost never: a plain step is better
+
+
+def test_a_free_draft_beats_the_model_and_runs_long_once_its_source_is_often_right():
+    c = controller()
+    offers = [offer("pool", 10), offer("lookup", 3)]
+    picked = pick_free(offers, c, model_k=4, min_match=3, trusted=set())
+    assert picked is not None and picked.source == "pool"
+    assert 3 <= len(picked.tokens) < 10  # at the prior's 0.6 the tenth row does not pay
+    for _ in range(3):
+        c.observe(drafted=10, accepted=10, target_entropy=None, model=False, source="pool")
+    assert len(pick_free(offers, c, model_k=4, min_match=3, trusted=set()).tokens) == 10
+
+
+def test_a_free_source_that_keeps_missing_gives_way_to_the_model():
+    c = controller()
+    for _ in range(10):
+        c.observe(drafted=8, accepted=0, target_entropy=None, model=False, source="pool")
+    assert c.free_acceptance("pool") < 0.2
+    assert pick_free([offer("pool", 10)], c, model_k=4, min_match=3, trusted={"pool"}) is None
+    # and it is remembered for the context's next request
+    assert controller_with(c.memory).free_acceptance("pool") < 0.2
+
+
+def controller_with(memory: AcceptanceMemory) -> Controller:
+    return Controller(DraftPolicy(context="c"), memory, FLAT)
+
+
+def test_without_costs_the_longest_trusted_match_goes_first():
+    c = controller(costs=None, mode="fixed")
+    offers = [offer("lookup", 4, match=3), offer("pool", 6, match=9)]
+    assert pick_free(offers, c, model_k=4, min_match=3, trusted={"lookup", "pool"}).source == "pool"
+    assert pick_free(offers, c, model_k=4, min_match=3, trusted={"lookup"}).source == "lookup"
+    assert pick_free([offer("lookup", 4, match=2)], c, model_k=4, min_match=3, trusted={"lookup"}) is None
+    assert pick_free([offer("lookup", 4, match=2)], c, model_k=0, min_match=3, trusted=set()) is not None
