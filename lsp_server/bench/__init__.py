@@ -27,10 +27,6 @@ def register_benchmarks(subparsers: Any) -> None:
         def run(args, module_name=module_name):
             return importlib.import_module(module_name).run(args)
 
-        try:
-            importlib.import_module(module_name).add_arguments(parser)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
+        # A benchmark listed here whose module is gone is a broken install: fail, never hide it.
+        importlib.import_module(module_name).add_arguments(parser)
         parser.set_defaults(bench_func=run)

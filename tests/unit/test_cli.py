@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 
 import pytest
 
+from lsp_server.bench import BENCHMARKS
 from lsp_server.cli import build_parser
 
 
@@ -28,8 +30,24 @@ def test_serve_accepts_the_stdio_flag_editors_add():
 
 def test_every_benchmark_registers_its_arguments():
     out = specfill("bench", "--help")
-    for name in ("engine", "lsp", "policy", "peers"):
+    assert out.returncode == 0, out.stderr
+    for name in BENCHMARKS:
         assert name in out.stdout
+
+
+@pytest.mark.parametrize("name", sorted(BENCHMARKS))
+def test_every_benchmark_module_imports_and_has_help(name, capsys):
+    module = importlib.import_module(BENCHMARKS[name][0])
+    assert callable(module.add_arguments) and callable(module.run)
+    with pytest.raises(SystemExit) as exit_info:  # in-process: a subprocess each costs seconds
+        build_parser().parse_args(["bench", name, "--help"])
+    assert exit_info.value.code == 0 and f"specfill bench {name}" in capsys.readouterr().out
+
+
+def test_a_missing_benchmark_module_fails_loudly(monkeypatch):
+    monkeypatch.setitem(BENCHMARKS, "gone", ("lsp_server.bench.no_such_module", "removed"))
+    with pytest.raises(ModuleNotFoundError):
+        build_parser()
 
 
 def test_doctor_without_decode_lists_versions_and_model_files(tmp_path):
