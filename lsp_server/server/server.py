@@ -198,122 +198,149 @@ def warm_cursor(params: Any) -> Cursor | None:
     return Cursor(uri, 0, line, character) if ok else None
 
 
+# The handlers: one module-level function per LSP method, each thin (read the params, call the
+# documents, the completion service or the server's helpers, answer in lsprotocol types).
+# `create_server` registers them on a fresh server; `handles` only records the method.
+HANDLERS: list[tuple[str, Any, Callable[..., Any]]] = []
+
+
+def handles(method: str, options: Any = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def record(handler: Callable[..., Any]) -> Callable[..., Any]:
+        HANDLERS.append((method, options, handler))
+        return handler
+    return record
+
+
 def create_server(runtime_factory: RuntimeFactory | None = None) -> SpecfillServer:
     server = SpecfillServer(runtime_factory)
-
-    @server.feature(lsp.INITIALIZE)
-    def initialize(ls: SpecfillServer, params: lsp.InitializeParams) -> None:
-        ls.apply_settings(params.initialization_options)
-        folders = [f.uri for f in params.workspace_folders or []] or [params.root_uri or ""]
-        ls.completions.roots = [uri_path(uri) for uri in folders if uri]
-
-    @server.feature(lsp.INITIALIZED)
-    def initialized(ls: SpecfillServer, params: lsp.InitializedParams) -> None:
-        if ls.worker is None:  # a second `initialized` must not reload the models
-            ls.start_worker()
-
-    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: SpecfillServer, params: lsp.DidOpenTextDocumentParams) -> None:
-        d = params.text_document
-        language = d.language_id if isinstance(d.language_id, str) else ""  # lsprotocol lets ints by
-        doc = ls.documents.open(d.uri, language, d.version, d.text)
-        if doc.problem:
-            ls.log_once(f"no completions for {d.uri}: it is {doc.problem} (setting "
-                        "maxDocumentMB)", key=f"too-large {d.uri}")
-        else:
-            ls.completions.warm_end_of(d.uri, ls.encoding)
-
-    @server.feature(WARM_NOTIFICATION)
-    def warm(ls: SpecfillServer, params: Any) -> None:
-        cursor = warm_cursor(as_plain(params))
-        if cursor is None:
-            log.warning("specfill/warm needs {textDocument: {uri}, position: {line, character}}; "
-                        "got a %s", type(params).__name__)
-        else:
-            ls.completions.warm(cursor, ls.encoding)
-
-    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> None:
-        d = params.text_document
-        outcome = ls.documents.change(d.uri, d.version, params.content_changes, ls.encoding)
-        doc = ls.documents.get(d.uri)
-        # Typing through a suggestion keeps its precompute; any other edit drops it.
-        ls.completions.precomputes.edited(d.uri, doc.text if doc is not None and not doc.problem else "")
-        if outcome.error:
-            ls.log_once(outcome.error, key="bad-change")
-            return
-        if outcome.warning:
-            log.warning(outcome.warning)
-        if outcome.problem and outcome.problem.startswith("out of sync"):
-            # one line, no text; completions resume at the next didOpen or full-text change
-            log.warning("%s is %s; no completions until it is reopened", d.uri, outcome.problem)
-        elif outcome.problem:
-            ls.log_once(f"no completions for {d.uri}: it is {outcome.problem} (setting "
-                        "maxDocumentMB)", key=f"too-large {d.uri}")
-
-    @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: SpecfillServer, params: lsp.DidCloseTextDocumentParams) -> None:
-        ls.documents.close(params.text_document.uri)
-        ls.completions.precomputes.cancel(params.text_document.uri)
-        ls.completions.precomputes.discard(params.text_document.uri)
-        ls.completions.cross_file.forget(params.text_document.uri)
-
-    @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    def did_change_configuration(ls: SpecfillServer, params: lsp.DidChangeConfigurationParams) -> None:
-        settings = params.settings
-        if isinstance(settings, dict) and CONFIG_SECTION in settings:
-            settings = settings[CONFIG_SECTION]
-        ls.apply_settings(settings)
-
-    @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
-    async def inline_completion(
-        ls: SpecfillServer, params: lsp.InlineCompletionParams,
-    ) -> lsp.InlineCompletionList:
-        pos = params.position
-        cursor = Cursor(params.text_document.uri, 0, pos.line, pos.character)
-        ls.recover_worker()
-        try:
-            text = await ls.completions.complete(cursor, ls.encoding, ls.protocol.msg_id)
-        finally:
-            ls.recover_worker()
-        if not text:
-            return lsp.InlineCompletionList(items=[])
-        here = lsp.Range(start=pos, end=pos)
-        return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=text, range=here)])
-
-    @server.feature(STATS_REQUEST)
-    def stats(ls: SpecfillServer, params: Any) -> dict:
-        worker = ls.worker
-        engine = getattr(worker.engine, "engine", None) if worker else None
-        memory = engine.memory.snapshot() if engine is not None else {}
-        out = ls.stats.to_json(memory)
-        backend = ls.backend
-        remote = backend is not None and ls.config.backend.kind != "local"
-        out["engine"] = {
-            # With a remote backend, "ready" means requests can be sent (servers are not
-            # waited for: a request that finds none down answers at once).
-            "ready": (backend is not None and backend.load_error is None) if remote
-            else bool(worker and worker.ready.is_set()),
-            "idle": bool(backend is None or backend.is_idle()),
-            "load_error": (backend.load_error if remote else
-                           worker.load_error if worker else None),
-            "threads": worker.threads_in_use if worker else None,
-            "abort_latencies_s": list(worker.abort_latencies_s) if worker else [],
-            "preempt_latencies_s": list(worker.preempt_latencies_s) if worker else [],
-        }
-        out["tables"] = ls.table_sizes()  # per-request bookkeeping: must stay bounded
-        out["backends"] = backend.stats() if backend is not None else []
-        return out
-
-    @server.feature(DOCUMENT_REQUEST)
-    def document_state(ls: SpecfillServer, params: Any) -> dict:
-        uri = params.get("uri") if isinstance(params, dict) else getattr(params, "uri", None)
-        doc = ls.documents.get(uri) if isinstance(uri, str) else None
-        return document_summary(doc)
-
-    @server.feature(lsp.SHUTDOWN)
-    def shutdown(ls: SpecfillServer, params: Any) -> None:
-        if ls.backend is not None:
-            ls.backend.stop()
-
+    for method, options, handler in HANDLERS:
+        server.feature(method, options)(handler)
     return server
+
+
+@handles(lsp.INITIALIZE)
+def initialize(ls: SpecfillServer, params: lsp.InitializeParams) -> None:
+    ls.apply_settings(params.initialization_options)
+    folders = [f.uri for f in params.workspace_folders or []] or [params.root_uri or ""]
+    ls.completions.roots = [uri_path(uri) for uri in folders if uri]
+
+
+@handles(lsp.INITIALIZED)
+def initialized(ls: SpecfillServer, params: lsp.InitializedParams) -> None:
+    if ls.worker is None:  # a second `initialized` must not reload the models
+        ls.start_worker()
+
+
+@handles(lsp.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: SpecfillServer, params: lsp.DidOpenTextDocumentParams) -> None:
+    d = params.text_document
+    language = d.language_id if isinstance(d.language_id, str) else ""  # lsprotocol lets ints by
+    doc = ls.documents.open(d.uri, language, d.version, d.text)
+    if doc.problem:
+        ls.log_once(f"no completions for {d.uri}: it is {doc.problem} (setting "
+                    "maxDocumentMB)", key=f"too-large {d.uri}")
+    else:
+        ls.completions.warm_end_of(d.uri, ls.encoding)
+
+
+@handles(WARM_NOTIFICATION)
+def warm(ls: SpecfillServer, params: Any) -> None:
+    cursor = warm_cursor(as_plain(params))
+    if cursor is None:
+        log.warning("specfill/warm needs {textDocument: {uri}, position: {line, character}}; "
+                    "got a %s", type(params).__name__)
+    else:
+        ls.completions.warm(cursor, ls.encoding)
+
+
+@handles(lsp.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> None:
+    d = params.text_document
+    outcome = ls.documents.change(d.uri, d.version, params.content_changes, ls.encoding)
+    doc = ls.documents.get(d.uri)
+    # Typing through a suggestion keeps its precompute; any other edit drops it.
+    ls.completions.precomputes.edited(d.uri, doc.text if doc is not None and not doc.problem else "")
+    if outcome.error:
+        ls.log_once(outcome.error, key="bad-change")
+        return
+    if outcome.warning:
+        log.warning(outcome.warning)
+    if outcome.problem and outcome.problem.startswith("out of sync"):
+        # one line, no text; completions resume at the next didOpen or full-text change
+        log.warning("%s is %s; no completions until it is reopened", d.uri, outcome.problem)
+    elif outcome.problem:
+        ls.log_once(f"no completions for {d.uri}: it is {outcome.problem} (setting "
+                    "maxDocumentMB)", key=f"too-large {d.uri}")
+
+
+@handles(lsp.TEXT_DOCUMENT_DID_CLOSE)
+def did_close(ls: SpecfillServer, params: lsp.DidCloseTextDocumentParams) -> None:
+    ls.documents.close(params.text_document.uri)
+    ls.completions.precomputes.cancel(params.text_document.uri)
+    ls.completions.precomputes.discard(params.text_document.uri)
+    ls.completions.cross_file.forget(params.text_document.uri)
+
+
+@handles(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
+def did_change_configuration(ls: SpecfillServer, params: lsp.DidChangeConfigurationParams) -> None:
+    settings = params.settings
+    if isinstance(settings, dict) and CONFIG_SECTION in settings:
+        settings = settings[CONFIG_SECTION]
+    ls.apply_settings(settings)
+
+
+@handles(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
+async def inline_completion(ls: SpecfillServer, params: lsp.InlineCompletionParams) -> lsp.InlineCompletionList:
+    pos = params.position
+    cursor = Cursor(params.text_document.uri, 0, pos.line, pos.character)
+    ls.recover_worker()
+    try:
+        text = await ls.completions.complete(cursor, ls.encoding, ls.protocol.msg_id)
+    finally:
+        ls.recover_worker()
+    if not text:
+        return lsp.InlineCompletionList(items=[])
+    here = lsp.Range(start=pos, end=pos)
+    return lsp.InlineCompletionList(items=[lsp.InlineCompletionItem(insert_text=text, range=here)])
+
+
+@handles(STATS_REQUEST)
+def stats(ls: SpecfillServer, params: Any) -> dict:
+    worker = ls.worker
+    engine = getattr(worker.engine, "engine", None) if worker else None
+    out = ls.stats.to_json(engine.memory.snapshot() if engine is not None else {})
+    out["engine"] = engine_state(ls)
+    out["tables"] = ls.table_sizes()  # per-request bookkeeping: must stay bounded
+    out["backends"] = ls.backend.stats() if ls.backend is not None else []
+    return out
+
+
+def engine_state(ls: SpecfillServer) -> dict:
+    """The `engine` part of specfill/stats: the local worker's, or the remote backend's."""
+    worker, backend = ls.worker, ls.backend
+    remote = backend is not None and ls.config.backend.kind != "local"
+    return {
+        # With a remote backend, "ready" means requests can be sent (servers are not
+        # waited for: a request that finds none down answers at once).
+        "ready": (backend is not None and backend.load_error is None) if remote
+        else bool(worker and worker.ready.is_set()),
+        "idle": bool(backend is None or backend.is_idle()),
+        "load_error": (backend.load_error if remote else
+                       worker.load_error if worker else None),
+        "threads": worker.threads_in_use if worker else None,
+        "abort_latencies_s": list(worker.abort_latencies_s) if worker else [],
+        "preempt_latencies_s": list(worker.preempt_latencies_s) if worker else [],
+    }
+
+
+@handles(DOCUMENT_REQUEST)
+def document_state(ls: SpecfillServer, params: Any) -> dict:
+    uri = params.get("uri") if isinstance(params, dict) else getattr(params, "uri", None)
+    doc = ls.documents.get(uri) if isinstance(uri, str) else None
+    return document_summary(doc)
+
+
+@handles(lsp.SHUTDOWN)
+def shutdown(ls: SpecfillServer, params: Any) -> None:
+    if ls.backend is not None:
+        ls.backend.stop()
