@@ -48,6 +48,10 @@ class SpeculationConfig:
 @dataclass(frozen=True)
 class ContextWindow:
     prefixTokens: int = 1024
+    # The prefix window of a document's first prompt in a region (a file just opened, a
+    # jump): later prompts keep its start and grow it up to prefixTokens, so the first
+    # suggestion waits for a short prefill and nothing computed for it is thrown away.
+    firstPrefixTokens: int = 384
     # Every keystroke re-prefills the whole suffix window (in PSM order it follows the
     # cursor), so a short one keeps warm latency low; the nearest lines matter most.
     suffixTokens: int = 64
@@ -120,6 +124,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "speculation.k": (0, 32),
     "speculation.kMax": (0, 32),
     "contextWindow.prefixTokens": (16, 32768),
+    "contextWindow.firstPrefixTokens": (16, 32768),
     "contextWindow.suffixTokens": (0, 32768),
     "contextWindow.extraTokens": (0, 32768),
     "maxNewTokens": (0, 4096),

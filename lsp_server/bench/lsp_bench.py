@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 
+from lsp_server.bench import open_session
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
 from lsp_server.context.prompt import FIM_MODES
 from lsp_server.engine.types import percentile
@@ -70,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend-url", action="append", default=[],
                    help="backend.urls (repeat for several), e.g. http://127.0.0.1:8080")
     p.add_argument("--backend-model", default="", help="backend.model (openai, ollama)")
-    p.add_argument("--session", choices=["typing", "accept"], default="typing",
+    p.add_argument("--session", choices=["typing", "accept", "open"], default="typing",
                    help="typing: type a function body back; accept: type through suggestions "
                         "and accept them (bench/accept_session.py)")
     p.add_argument("--spots", type=int, default=8, help="--session accept: statements to complete")
@@ -78,6 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="--session accept: characters of each suggestion typed before accepting")
     p.add_argument("--read-s", type=float, default=3.0,
                    help="--session accept: pause reading a suggestion before accepting it")
+    open_session.add_arguments(p)
 
 
 # -- the text to type (pure) --------------------------------------------------------
@@ -425,6 +427,8 @@ def run(args: argparse.Namespace) -> int:
     path = Path(args.file) if args.file else default_file()
     if not path.is_file():
         raise SystemExit(f"no such file: {path}")
+    if args.session == "open":
+        return open_session.run(args)
     if args.session == "accept":
         from lsp_server.bench import accept_session
 

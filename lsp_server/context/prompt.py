@@ -9,8 +9,13 @@ Two things shape the window:
   boundaries. Only when no more than the cursor line fits is a line cut inside, on a str
   index, so never inside a code point.
 - KV-cache reuse. The prefix window starts on a coarse grid of lines counted from the top
-  of the file (every `block_lines`-th line). While the user types, the start stays put
-  until the window overflows, then drops a whole block. In SPM order
+  of the file (every `block_lines`-th line). A document's first prompt in a region gets a
+  short window (`first_prefix_tokens`: the earliest grid line whose tail fits it), so the
+  first suggestion after opening a file or jumping waits for few tokens; the caller passes
+  that start back (`anchor_line`) and later prompts keep it while the window from it fits
+  `prefix_tokens`: the window grows at its end as the user types or moves down, and what
+  was computed for it stays valid. Only a window that outgrows `prefix_tokens`, or a cursor
+  above its start, starts a new short one. In SPM order
   (`<fim_suffix>{suffix}<fim_prefix>{prefix}<fim_middle>`) typing only grows the prompt near
   its end, so consecutive prompts share all but their last few tokens and the engine
   re-prefills only those. In PSM order everything after the cursor is re-prefilled on each
@@ -65,6 +70,8 @@ class ContextBudget:
     block_lines: int = 16
     # psm-line: the middle opens with the lines since every `middle_lines`-th line.
     middle_lines: int = 8
+    # The window a prompt gets where it cannot keep an earlier start (0: prefix_tokens).
+    first_prefix_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,9 @@ class FimPrompt:
     # psm-line: the text of the cursor line's last token, cut from the prompt; the output
     # must start with it (engine.healing) and it is not shown.
     heal: str = ""
+    # The line (from the top of the given prefix) the window starts at, when it starts on
+    # one: the `anchor_line` to pass for the next prompt of the same document.
+    window_line: int | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -210,6 +220,26 @@ def _middle_start(prefix: str, start: int, lines: int) -> int:
     return grid[-1] if grid else start
 
 
+def _anchored_start(prefix: str, anchor_line: int, meter: _Meter) -> int | None:
+    """The start of line `anchor_line` when the window from it to the cursor fits `meter`
+    and it is not below the cursor's line; else None."""
+    floor = max(len(prefix) - meter.reach(), 0)
+    starts, first_line = _tail_line_starts(prefix, floor)
+    index = anchor_line - first_line
+    if not starts or not 0 <= index < len(starts):
+        return None
+    start, cursor_line = starts[index], starts[-1]
+    return start if meter.fits(prefix[start:cursor_line], prefix[cursor_line:]) else None
+
+
+def _line_number(prefix: str, start: int) -> int | None:
+    """The line `start` begins, counted from the top of `prefix`; None when it is inside one."""
+    if start > 0 and (prefix[start - 1] not in "\r\n" or prefix[start - 1:start + 1] == "\r\n"):
+        return None  # inside a line, or between the two characters of a \r\n
+    line = prefix.count("\n", 0, start) + prefix.count("\r", 0, start)
+    return line - prefix.count("\r\n", 0, start)
+
+
 def _prefix_start(prefix: str, budget: ContextBudget, meter: _Meter) -> int:
     """Where the prefix window starts: the earliest grid line whose tail fits. Only when
     none does (the lines nearest the cursor are long): the earliest line start after the
@@ -282,14 +312,22 @@ def build_fim_prompt(
     fim: FimTokens,
     budget: ContextBudget = ContextBudget(),
     mode: FimMode = "psm",
+    anchor_line: int | None = None,
 ) -> FimPrompt:
     """The FIM prompt for a cursor between `prefix` and `suffix` (the whole document's text
-    before and after it: line numbers count from the top of `prefix`). In psm-line the
+    before and after it: line numbers count from the top of `prefix`). `anchor_line`: the
+    `window_line` of the document's previous prompt (module docstring). In psm-line the
     prefix window is split in two at a line start, which can cost one token over its budget."""
     if mode not in FIM_MODES:
         raise ValueError(f"FIM mode must be one of {', '.join(FIM_MODES)}, not {mode!r}")
     prefix_meter = _Meter(encode, budget.prefix_tokens)
-    start = _prefix_start(prefix, budget, prefix_meter)
+    first = min(budget.first_prefix_tokens or budget.prefix_tokens, budget.prefix_tokens)
+    first_meter = _Meter(encode, first, prefix_meter.chars_per_token, prefix_meter._ids)
+    start = _prefix_start(prefix, budget, first_meter)
+    # An earlier start is kept where its window holds at least the short one and fits.
+    anchored = _anchored_start(prefix, anchor_line, prefix_meter) if anchor_line is not None else None
+    if anchored is not None and anchored <= start:
+        start = anchored
     # psm-line: the lines typed since the last grid line (within the window) open the middle.
     line_start = _middle_start(prefix, start, budget.middle_lines) if mode == "psm-line" else len(prefix)
     prefix_ids = prefix_meter.ids(prefix[start:line_start]) if start < line_start else []
@@ -312,6 +350,7 @@ def build_fim_prompt(
         prefix_start=start,
         suffix_end=end,
         heal=heal,
+        window_line=_line_number(prefix, start) if start < len(prefix) else None,
     )
 
 

@@ -53,6 +53,7 @@ class Prepared:
     request: BackendRequest
     context: SyntaxContext
     suffix: str  # the document after the cursor: what a completion must not repeat
+    window_line: int | None = None  # where the prefix window starts (prompt.FimPrompt)
 
 
 @dataclass
@@ -109,8 +110,10 @@ def stop_strings(policy: DraftPolicy) -> tuple[str, ...]:
 
 
 def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec: PromptCodec,
-            head: Callable[[str, str], tuple[int, ...]] = lambda prefix, suffix: ()) -> Prepared:
-    """`head(prefix, suffix)`: token ids in front of the FIM prompt (other files' chunks)."""
+            head: Callable[[str, str], tuple[int, ...]] = lambda prefix, suffix: (),
+            anchor_line: int | None = None) -> Prepared:
+    """`head(prefix, suffix)`: token ids in front of the FIM prompt (other files' chunks);
+    `anchor_line`: where the document's previous prompt started its window (prompt.py)."""
     prefix, suffix = doc.prefix_suffix(cursor.line, cursor.character, encoding)
     offset = doc.cursor_byte_offset(cursor.line, cursor.character, encoding)
     context = classify(doc.tree, doc.source, offset, doc.language_id)
@@ -120,11 +123,15 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec:
         max_new_tokens=config.maxNewTokens or None)
     policy = replace(policy_for(context, overrides), prompt_lookup=spec.promptLookup)
     window = config.contextWindow
-    budget = ContextBudget(window.prefixTokens, window.suffixTokens)
+    budget = ContextBudget(window.prefixTokens, window.suffixTokens,
+                           first_prefix_tokens=window.firstPrefixTokens)
     request_id = f"{cursor.uri}#{next(_ids)}"
+    window_lines: list[int | None] = []
 
     def build(codec: PromptCodec) -> BackendRequest:
-        prompt = build_fim_prompt(prefix, suffix, codec.encode, codec.fim, budget, window.fimMode)
+        prompt = build_fim_prompt(prefix, suffix, codec.encode, codec.fim, budget, window.fimMode,
+                                  anchor_line)
+        window_lines.append(prompt.window_line)
         others = head(prefix, suffix)
         ids = (*others, *prompt.ids)
         text = plain = cut = ""
@@ -153,7 +160,7 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec:
              cursor.character, describe(context, log.isEnabledFor(logging.DEBUG)),
              len(request.request.prompt_ids) or len(request.prompt_text),
              " (characters)" if request.prompt_text else "")
-    return Prepared(request, context, suffix)
+    return Prepared(request, context, suffix, window_lines[0])
 
 
 class CompletionService:
@@ -170,6 +177,8 @@ class CompletionService:
         self.stats = stats
         self.inflight: dict[str, Generation] = {}
         self.cross_file = CrossFileContext()
+        # Per document, the line its last prompt's window started at (context/prompt.py).
+        self.window_lines: dict[str, int] = {}
         self.roots: list[str] = []  # workspace folders (POSIX paths), set by the server
         self.workspace_files = WorkspaceFiles(parse_function)
         self._warms: set[asyncio.Task] = set()
@@ -192,7 +201,17 @@ class CompletionService:
                 config.contextWindow.extraSources)
             return plan.ids
 
-        return prepare(doc, cursor, encoding, config, codec, head)
+        prepared = prepare(doc, cursor, encoding, config, codec, head, self.window_lines.get(doc.uri))
+        if prepared.window_line is None:
+            self.window_lines.pop(doc.uri, None)
+        else:
+            self.window_lines[doc.uri] = prepared.window_line
+        return prepared
+
+    def forget(self, uri: str) -> None:
+        """A closed document: what its prompts were laid out by is dropped with it."""
+        self.cross_file.forget(uri)
+        self.window_lines.pop(uri, None)
 
     # -- warming: the local engine's worker, or the remote server a document sticks to ---
 

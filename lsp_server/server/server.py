@@ -278,7 +278,7 @@ def did_close(ls: SpecfillServer, params: lsp.DidCloseTextDocumentParams) -> Non
     ls.documents.close(params.text_document.uri)
     ls.completions.precomputes.cancel(params.text_document.uri)
     ls.completions.precomputes.discard(params.text_document.uri)
-    ls.completions.cross_file.forget(params.text_document.uri)
+    ls.completions.forget(params.text_document.uri)
 
 
 @handles(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)

@@ -319,3 +319,63 @@ def test_psm_line_splits_the_same_window_into_prefix_and_middle(
     assert line.ids[s + 1:m] == encode(line.suffix)
     # Splitting the window at a line start can cost one token over the budget.
     assert line.prefix_tokens <= max(prefix_tokens, 0) + 1
+
+
+# --- a short first window that grows (the first suggestion in a file) ---------------------
+
+SHORT_FIRST = ContextBudget(prefix_tokens=1024, suffix_tokens=64, first_prefix_tokens=256)
+
+
+def prompt_at(offset: int, anchor: int | None, budget: ContextBudget = SHORT_FIRST):
+    return build_fim_prompt(SOURCE[:offset], SOURCE[offset:], bpe_like, FIM, budget, "psm-line", anchor)
+
+
+def line_offset(line: int) -> int:
+    return [0, *(m.end() for m in re.finditer(r"\n", SOURCE))][line]
+
+
+def test_a_first_prompt_gets_the_short_window_on_a_grid_line():
+    first = prompt_at(cursor_in_middle_of_source(), None)
+    assert first.window_line is not None and first.window_line % SHORT_FIRST.block_lines == 0
+    assert first.prefix_start == line_offset(first.window_line)
+    assert 256 - 200 <= first.prefix_tokens <= 256 + 1  # about a block under it, never over
+    assert first.prefix_tokens < prompt_at(cursor_in_middle_of_source(), None, ContextBudget(
+        prefix_tokens=1024, suffix_tokens=64)).prefix_tokens
+
+
+def test_moving_down_keeps_the_start_and_the_earlier_prompt_stays_a_prefix():
+    cursor = line_offset(line_index(SOURCE, cursor_in_middle_of_source()))
+    first = prompt_at(cursor, None)
+    lower = prompt_at(line_offset(line_index(SOURCE, cursor) + 20), first.window_line)
+    assert lower.window_line == first.window_line
+    assert lower.prefix_tokens > first.prefix_tokens  # the window grew at its end
+    # Everything up to the first prompt's middle lines is reused (psm-line: <fim_prefix> + window).
+    shared = common_prefix_len(first.ids, lower.ids)
+    assert shared >= first.ids.index(FIM.suffix) - 1 - 8 * 12  # at most the middle's lines differ
+
+
+def test_a_window_that_outgrows_the_budget_or_a_cursor_above_it_starts_a_new_short_one():
+    start_line = line_index(SOURCE, cursor_in_middle_of_source())
+    first = prompt_at(line_offset(start_line), None)
+    far = prompt_at(line_offset(start_line + 150), first.window_line)  # >1024 tokens below
+    assert far.window_line != first.window_line and far.prefix_tokens <= 257
+    above = prompt_at(line_offset(first.window_line - 30), first.window_line)
+    assert above.window_line < first.window_line and above.prefix_tokens <= 257
+
+
+def test_an_anchor_is_kept_only_where_its_window_holds_at_least_a_fresh_one():
+    start_line = line_index(SOURCE, cursor_in_middle_of_source())
+    anchor = prompt_at(line_offset(start_line), None).window_line
+    for line in range(anchor + 1, start_line + 40, 3):
+        fresh, kept = prompt_at(line_offset(line), None), prompt_at(line_offset(line), anchor)
+        assert kept.prefix_start == min(fresh.prefix_start, line_offset(anchor))
+        assert kept.prefix_tokens >= fresh.prefix_tokens
+
+
+@given(st.integers(min_value=0, max_value=len(SOURCE)), st.integers(min_value=-5, max_value=5000))
+@settings(max_examples=60, deadline=None)
+def test_any_anchor_gives_a_window_within_the_budget(offset, anchor):
+    prompt = prompt_at(offset, anchor)
+    assert prompt.prefix_tokens <= SHORT_FIRST.prefix_tokens + 1
+    if prompt.window_line is not None:
+        assert prompt.prefix_start == line_offset(prompt.window_line)

@@ -292,3 +292,17 @@ async def test_aborting_the_running_job_stops_its_native_layer_step_and_the_next
     worker.abort("nobody")  # no such job: nothing stopped
     assert len(seen()) == 3
     worker.stop()
+
+
+async def test_a_loaded_worker_keeps_its_models_out_of_the_collectors_full_passes():
+    import gc
+
+    gc.unfreeze()
+    worker = EngineWorker(make_engine)
+    worker.start()
+    try:
+        assert await worker.wait_ready(30)
+        assert gc.get_freeze_count() > 0  # the loaded engine's objects among them
+    finally:
+        worker.stop()
+        gc.unfreeze()
