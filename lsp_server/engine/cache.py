@@ -180,12 +180,28 @@ def make_slot(model: torch.nn.Module, lean: bool) -> KVSlot:
 PROTECTED_TOKENS = 256
 
 
-class SlotPool:
-    """A few KV slots for one model; a request takes the slot sharing the longest prefix."""
+# What a pool's slots may hold together, in positions (their allocated capacity): the
+# prompts of several files stay cached (a switch back to one is answered without a
+# prefill) within a stated memory. fp32 keys and values: ~57 KB a position for the 1.5B
+# target, ~25 KB for the 0.5B draft, so ~470 + 200 MB at most for the default pair.
+POOL_POSITIONS = 8192
 
-    def __init__(self, model: torch.nn.Module, size: int = 4, lean: bool = False):
+
+def held_positions(slot: KVSlot) -> int:
+    """The positions a slot's memory is allocated for."""
+    return slot.kv.capacity if isinstance(slot, LeanSlot) else len(slot.ids)
+
+
+class SlotPool:
+    """A few KV slots for one model; a request takes the slot sharing the longest prefix.
+    Together they hold at most `positions` positions: past it, the least recently used
+    other slots are emptied."""
+
+    def __init__(self, model: torch.nn.Module, size: int = 8, lean: bool = False,
+                 positions: int = POOL_POSITIONS):
         self.model = model
         self.slots = [make_slot(model, lean) for _ in range(max(1, size))]
+        self.positions = positions
         self._clock = 0
         self._last_used = [0] * len(self.slots)
 
@@ -204,7 +220,24 @@ class SlotPool:
             best = min(range(len(self.slots)), key=lambda i: self._last_used[i])
         self._clock += 1
         self._last_used[best] = self._clock
+        self._within_budget(keep=best, wanted=len(ids))
         return self.slots[best]
+
+    def _within_budget(self, keep: int, wanted: int) -> None:
+        """Empty the least recently used slots but `keep` until the pool, with `keep`
+        grown to `wanted` positions, fits its budget."""
+        held = [held_positions(slot) for slot in self.slots]
+        held[keep] = max(held[keep], wanted)
+        for i in sorted(range(len(self.slots)), key=lambda i: self._last_used[i]):
+            if sum(held) <= self.positions:
+                return
+            if i != keep and held[i]:
+                self.slots[i].reset()
+                held[i] = 0
+
+    def held(self) -> int:
+        """Positions the slots' memory is allocated for, together."""
+        return sum(held_positions(slot) for slot in self.slots)
 
     def clear(self) -> None:
         for slot in self.slots:

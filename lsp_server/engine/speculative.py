@@ -59,7 +59,7 @@ def _chunk(slot: KVSlot | None, wanted: int) -> int:
 
 @dataclass
 class EngineOptions:
-    pool_size: int = 4
+    pool_size: int = 8  # KV slots per model, within cache.POOL_POSITIONS positions together
     # Decoder layers see aborts (cache.install_abort_hooks), so a prefill need not be cut
     # into chunks for latency; chunks only bound the activation memory of huge prompts.
     prefill_chunk: int = 512

@@ -71,3 +71,17 @@ def test_a_warm_takes_another_slot_rather_than_cut_a_cached_prompt():
     assert len(kept.ids) - 4 > PROTECTED_TOKENS
     assert pool.acquire(other, protect=True) is not kept
     assert pool.acquire(other) is kept  # a real request takes the best slot as before
+
+
+def test_the_pool_keeps_several_prompts_within_its_budget_and_empties_the_oldest_first():
+    pool = SlotPool(tiny_model(3), size=4, positions=3 * len(PROMPT))
+    prompts = [tuple([n] + list(PROMPT[1:])) for n in range(40, 45)]  # nothing shared past id 0
+    for prompt in prompts[:3]:
+        pool.acquire(prompt).extend(prompt)
+    assert pool.held() == 3 * len(PROMPT)  # three files' prompts cached side by side
+    assert {tuple(slot.ids) for slot in pool.slots} >= set(prompts[:3])
+    pool.acquire(prompts[0])  # used again: now the newest
+    pool.acquire(prompts[3]).extend(prompts[3])  # a fourth: the least recently used goes
+    cached = {tuple(slot.ids) for slot in pool.slots}
+    assert prompts[1] not in cached and {prompts[0], prompts[2], prompts[3]} <= cached
+    assert pool.held() <= 3 * len(PROMPT)
