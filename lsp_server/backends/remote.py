@@ -23,12 +23,12 @@ from lsp_server.backends.metering import BackendMeter
 from lsp_server.backends.ollama import Ollama
 from lsp_server.backends.openai import OpenAI
 from lsp_server.backends.prompt_text import QWEN_STOP_TEXT
-from lsp_server.backends.urls import display_url
 from lsp_server.backends.warming import DOWN, WarmState
 from lsp_server.backends.wire import (Chunk, Dialect, RemoteError, Usage, error_message,
                                       json_object, prometheus_counters, sse_payload)
 from lsp_server.engine.stopping import stop_index
 from lsp_server.engine.types import DrafterStats, EngineEvent, Finished, Stats, TextDelta
+from lsp_server.urls import display_url
 
 log = logging.getLogger(__name__)
 
@@ -288,11 +288,7 @@ def _healed(raw: str, heal: str) -> str | None:
 
 def _cut(text: str, req: BackendRequest) -> int | None:
     """Where the policy's stop rule, a stop string or a control token's text ends `text`."""
-    cuts = [i for i in (text.find(s) for s in (*req.stop, *QWEN_STOP_TEXT)) if i >= 0]
-    rule = stop_index(text, req.request.policy.stop)
-    if rule is not None:
-        cuts.append(rule)
-    return min(cuts) if cuts else None
+    return stop_index(text, req.request.policy.stop, (*req.stop, *QWEN_STOP_TEXT))
 
 
 def _reason(finish_reason: str | None) -> str:

@@ -3,7 +3,7 @@
 - A completion that ends by repeating the lines after the cursor is cut there
   (`trim_suffix_overlap`).
 - Mid-line cursor (text follows it on its line): one line only; a second line would push
-  that text down.
+  that text down (the line stop rule of `engine.stopping`, which the policy gave it).
 - Repeated lines: a model in a loop writes the same line (or the same 2-3 lines) again;
   the repetition is cut.
 - Brackets the completion opens are closed or cut: the final text may not leave `(`, `[` or
@@ -18,6 +18,9 @@ a prefix of the next; `final_text` adds the bracket rule, which may add or cut a
 from __future__ import annotations
 
 import re
+
+# The stop rule's own line cut and its test for a mid-line cursor (engine.stopping: text only).
+from lsp_server.engine.stopping import LINE, cut, mid_line
 
 _OPEN = {"(": ")", "[": "]", "{": "}"}
 _CLOSE = {v: k for k, v in _OPEN.items()}
@@ -114,13 +117,9 @@ def trim_suffix_overlap(
     return trimmed if trimmed != head else strip_trailing_whitespace_lines(head)
 
 
-def mid_line(suffix: str) -> bool:
-    """Whether text follows the cursor on its line."""
-    return bool(suffix.split("\n", 1)[0].strip())
-
-
 def single_line(completion: str) -> str:
-    return completion.split("\n", 1)[0].rstrip("\r")
+    """The completion cut by the line stop rule (a CRLF line without its CR)."""
+    return cut(completion, LINE).rstrip("\r")
 
 
 def cut_repeated_lines(completion: str) -> str:

@@ -6,27 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Sequence, Union
 
+from .stopping import StopKind, StopRule  # noqa: F401  (the rule's home; requests carry it)
+
 
 class Aborted(Exception):
     """Raised inside the engine when the request's abort flag is seen."""
-
-
-StopKind = Literal["line", "statement", "block", "none"]
-
-
-@dataclass(frozen=True)
-class StopRule:
-    """When generation ends, decided from the cursor's context *before* generating.
-
-    line:      stop at the first newline once the line has content (single-line contexts).
-    statement: stop at the first newline that ends a statement (brackets balanced).
-    block:     stop at the first non-blank line indented at or below `base_indent`
-               (the dedent that closes the block being written).
-    none:      only the token budget and end-of-text stop.
-    """
-
-    kind: StopKind = "block"
-    base_indent: int = 0
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..models.gguf_index import tensor_table
+from .gguf_index import tensor_table
 from . import native
 
 # ggml type ids of the tensors the native kernels multiply, and the plain float ones.

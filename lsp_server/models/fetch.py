@@ -544,7 +544,7 @@ def fetch_model(
 
 def _index_tensors(gguf: Path) -> None:
     """The tensor table the native kernels load by, written now rather than at first load."""
-    from .gguf_index import tensor_table
+    from lsp_server.kernels.gguf_index import tensor_table
 
     try:
         tensor_table(gguf)

@@ -24,7 +24,8 @@ from lsp_server.context.postprocess import final_text, stream_text
 from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 from lsp_server.context.snippets import SourceFile
 from lsp_server.context.workspace_files import WorkspaceFiles
-from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, Stats, TextDelta
+from lsp_server.engine.stopping import stop_strings
+from lsp_server.engine.types import CompletionRequest, Finished, Stats, TextDelta
 from lsp_server.server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.server.precompute import Assumed, Pending, Precomputes, accepts
 from lsp_server.server.protocol import StreamUpdate
@@ -102,11 +103,6 @@ def parse_function(language_id: str) -> Callable[[bytes], Any] | None:
 
 def source_file(doc: Document) -> SourceFile:
     return SourceFile(uri_path(doc.uri), doc.text, doc.tree, doc.language_id)
-
-
-def stop_strings(policy: DraftPolicy) -> tuple[str, ...]:
-    """The stop rule as strings a server can apply itself (the rest is cut client-side)."""
-    return ("\n",) if policy.stop.kind == "line" else ()
 
 
 def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec: PromptCodec,

@@ -11,11 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+# The block stop rule's measure of a dedent: the cursor's lines are measured the same way.
+from lsp_server.engine.stopping import indent_width
 from lsp_server.syntax.types import ContextKind, SyntaxContext
-
-# Tabs count as this many columns. The engine's block stop rule must measure generated
-# lines with `indent_width` too, so that both sides agree on what a dedent is.
-TAB_WIDTH = 4
 
 IMPORT_WORDS = frozenset(
     {"import", "from", "use", "using", "require", "include", "#include", "#import", "package"}
@@ -50,19 +48,6 @@ _OPERATOR = re.compile(
     r"|(?<![-=<>!])[<>](?![-=<>])|\b(?:and|or)\b"
 )
 _STRING_LITERAL = re.compile(r"\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'")
-
-
-def indent_width(text: str, tab_width: int = TAB_WIDTH) -> int:
-    """Columns of the leading whitespace of `text` (tabs advance to the next tab stop)."""
-    column = 0
-    for char in text:
-        if char == " ":
-            column += 1
-        elif char == "\t":
-            column += tab_width - column % tab_width
-        else:
-            break
-    return column
 
 
 @dataclass(frozen=True)

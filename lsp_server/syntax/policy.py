@@ -2,8 +2,8 @@
 
 Boilerplate (imports, signatures, decorators, literals, repeated members) is predictable:
 draft many tokens per round. Complex bodies are not: draft few. Prose (strings, docstrings,
-comments) has high entropy: draft little and fall back to plain decoding sooner. The stop
-rule is decided here, before generating, from where the cursor is.
+comments) has high entropy: draft little and fall back to plain decoding sooner. Which stop
+rule a context gets is a column of the table (`engine.stopping` holds the rules).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from lsp_server.engine.types import DraftPolicy, StopKind, StopRule
+from lsp_server.engine.stopping import StopKind, StopRule, rule_for
+from lsp_server.engine.types import DraftPolicy
 from lsp_server.syntax.types import ContextKind, SyntaxContext
 
 Mode = Literal["adaptive", "fixed", "off"]
@@ -100,16 +101,11 @@ def policy_for(ctx: SyntaxContext, overrides: PolicyOverrides | None = None) -> 
 
 
 def stop_rule(ctx: SyntaxContext, row: PolicyRow | None = None) -> StopRule:
-    """Text after the cursor means the completion must fit in this line; otherwise the
-    table says, by whether the cursor starts a line. A block ends at the dedent back to its
-    header line (column 0 at top level: one top-level statement)."""
+    """The table's stop rule for this cursor, by whether it starts a line (`engine.stopping`
+    turns it into the rule: one line whenever text follows the cursor)."""
     row = row or POLICY[ctx.kind]
-    if ctx.line_suffix.strip():
-        return StopRule("line")
     kind = row.stop_at_line_start if ctx.at_line_start else row.stop_mid_line
-    if kind == "block":
-        return StopRule("block", base_indent=max(ctx.block_indent, 0))
-    return StopRule(kind)
+    return rule_for(ctx.line_suffix, kind, ctx.block_indent)
 
 
 def describe(ctx: SyntaxContext, with_text: bool = True) -> str:

@@ -6,8 +6,8 @@ from hypothesis import given, strategies as st
 
 from lsp_server.backends.prompt_text import TextCodec
 from lsp_server.context.prompt import ContextBudget, build_fim_prompt
+from lsp_server.engine.stopping import stop_strings
 from lsp_server.engine.types import DraftPolicy, StopRule
-from lsp_server.server.completion import stop_strings
 
 
 @given(st.text(max_size=300))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from lsp_server.backends.remote import RemoteBackend, RemoteSettings
 from lsp_server.backends.routing import affinity_order, session_key
 from lsp_server.backends.select import read_api_key
-from lsp_server.backends.urls import display_url, insecure_remote
+from lsp_server.urls import display_url, insecure_remote
 from lsp_server.config import BackendConfig, config_from_options
 
 

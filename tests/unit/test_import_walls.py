@@ -13,9 +13,40 @@ HTTP = {"httpx", "requests", "aiohttp", "urllib3", "http"}
 TORCH = {"torch", "transformers", "accelerate", "safetensors"}
 LOCAL_BACKEND = {"lsp_server.backends.local", "lsp_server.backends.local_runtime"}
 
+# The floors of the house (docs/design.md, "Floors"), lowest first: a room imports only rooms
+# on floors below its own, never one beside it or above it. A room is a folder of lsp_server
+# or a module at its top; "lsp_server" is the package's own __init__ (its version).
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("lsp_server", "kernels", "urls"),
+    ("models", "engine"),
+    ("syntax", "context"),
+    ("config",),
+    ("backends",),
+    ("server",),
+    ("bench",),
+    ("commands",),
+    ("cli",),
+    ("__main__",),
+)
+FLOOR = {room: level for level, rooms in enumerate(FLOORS) for room in rooms}
+
 
 def is_tree_sitter(package: str) -> bool:
     return package == "tree_sitter" or package.startswith("tree_sitter_")
+
+
+def room_of(module: str) -> str:
+    """`lsp_server.engine.types` -> engine, `lsp_server.config` -> config."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def imports_up_or_sideways(module: str, floor: dict[str, int] = FLOOR) -> list[str]:
+    """The specfill modules `module` imports from another room on its own floor or above."""
+    room = room_of(module)
+    return sorted(name for name in direct_imports(module)
+                  if name.split(".")[0] == "lsp_server" and room_of(name) != room
+                  and floor[room_of(name)] >= floor[room])
 
 
 def test_the_checks_see_the_imports_that_are_there():
@@ -27,6 +58,25 @@ def test_the_checks_see_the_imports_that_are_there():
     assert LSP <= {name.split(".")[0] for name in direct_imports("lsp_server.server.server")}
     assert "lsp_server.backends.local_runtime" in reachable("lsp_server.server.server")[0]
     assert "lsp_server.syntax.context" not in direct_imports("lsp_server.syntax.indent")
+
+
+def test_every_room_has_a_floor():
+    # A new room (a folder, a module at the top) is placed in FLOORS and in docs/design.md.
+    assert sorted({room_of(m) for m in modules_in()} - set(FLOOR)) == []
+
+
+def test_no_import_runs_up_a_floor_or_sideways():
+    found = {m: imports_up_or_sideways(m) for m in modules_in()}
+    assert {m: names for m, names in found.items() if names} == {}
+
+
+def test_the_floor_check_sees_an_import_that_runs_up_or_sideways():
+    # A check that finds nothing proves nothing: with the engine a floor above syntax, the
+    # policy's import of the stop rule runs up; with both on one floor, it runs sideways.
+    policy, rule = "lsp_server.syntax.policy", "lsp_server.engine.stopping"
+    assert rule in imports_up_or_sideways(policy, {**FLOOR, "engine": FLOOR["syntax"] + 1})
+    assert rule in imports_up_or_sideways(policy, {**FLOOR, "engine": FLOOR["syntax"]})
+    assert imports_up_or_sideways(policy) == []
 
 
 @pytest.mark.parametrize("room", ["engine", "kernels"])

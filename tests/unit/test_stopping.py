@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.engine.stopping import stop_index
-from lsp_server.engine.types import StopRule
+from lsp_server.engine.stopping import StopRule, rule_for, stop_index, stop_strings
+from lsp_server.engine.types import DraftPolicy
 
 
 def cut(text: str, rule: StopRule) -> str | None:
@@ -44,3 +44,25 @@ def test_statement_rule_ends_at_a_newline_outside_brackets(text, expected):
 
 def test_none_rule_never_cuts():
     assert stop_index("a\n\nb", StopRule("none")) is None
+
+
+def test_text_after_the_cursor_makes_every_context_one_line():
+    for kind in ("line", "statement", "block", "none"):
+        assert rule_for("):", kind, 4) == StopRule("line")
+    assert rule_for("  ", "block", 4) == StopRule("block", base_indent=4)  # only spaces follow
+    assert rule_for("", "block", -1) == StopRule("block", base_indent=0)  # top level
+    assert rule_for("", "statement", 8) == StopRule("statement")
+
+
+def test_stop_strings_end_the_text_where_the_first_one_starts():
+    rule = StopRule("block", base_indent=0)
+    assert stop_index("a + b<|endoftext|>\ndef f():", rule, ("<|endoftext|>",)) == len("a + b")
+    assert stop_index("x = 1\ny = 2", StopRule("none"), ("<|fim_pad|>",)) is None
+    # the rule cuts sooner than the string: the rule wins
+    assert stop_index("x\n    y\nz<|endoftext|>", rule, ("<|endoftext|>",)) == len("x\n    y")
+
+
+def test_only_the_line_rule_has_a_string_form():
+    assert stop_strings(DraftPolicy(stop=StopRule("line"))) == ("\n",)
+    for kind in ("statement", "block", "none"):
+        assert stop_strings(DraftPolicy(stop=StopRule(kind))) == ()
