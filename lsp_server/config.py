@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from lsp_server.urls import display_url, insecure_remote
+from lsp_server.backends.urls import display_url, insecure_remote
 from lsp_server.context.prompt import FIM_MODES
 from lsp_server.models.registry import DEFAULT_PAIR, get_pair
 
@@ -69,7 +69,7 @@ class ContextWindow:
     # CPU cores), and a move to another 32-line block pays it again when it picks other chunks.
     # Where prefill is fast (a GPU), 1024 is the better setting.
     extraTokens: int = 0
-    extraSources: str = "all"  # all | definitions | similar
+    extraSources: str = "all"  # all | definitions | similar | package
     # Also read files that are not open (context.workspace_files): the modules the file
     # imports and its siblings, only inside the workspace folders, links never followed out.
     workspaceFiles: bool = False
@@ -117,7 +117,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "contextWindow.fimMode": FIM_MODES,
     "backend.kind": ("local", "openai", "llama-server", "ollama"),
     "backend.fallback": ("local", "none"),
-    "contextWindow.extraSources": ("all", "definitions", "similar"),
+    "contextWindow.extraSources": ("all", "definitions", "similar", "package"),
 }
 _RANGES: dict[str, tuple[float, float]] = {
     "model.threads": (0, 256),

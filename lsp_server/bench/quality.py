@@ -63,7 +63,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--extra-tokens", type=int, default=1024,
                    help="contextWindow.extraTokens for +neighbours and +workspace; the file "
                         "alone (`specfill`) runs with 0, the server's default: no other file at all")
-    p.add_argument("--extra-sources", default=None, choices=["all", "definitions", "similar"],
+    p.add_argument("--extra-sources", default=None, choices=["all", "definitions", "similar", "package"],
                    help="contextWindow.extraSources (default: the server's)")
     p.add_argument("--prefix-tokens", type=int, default=1024)
     p.add_argument("--suffix-tokens", type=int, default=64)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 from urllib.parse import unquote, urlparse
 
-from lsp_server.context.snippets import Chunk, SourceFile, pick_chunks
+from lsp_server.context.snippets import Chunk, SourceFile, package_chunks, pick_chunks
 
 BLOCK_LINES = 32
 QUERY_PREFIX_LINES = 40  # the code around the cursor that chunks must resemble
@@ -75,10 +75,11 @@ def query_text(prefix: str, suffix: str) -> str:
     return "\n".join(before + after)
 
 
-def layout_ids(chunks: Sequence[Chunk], current_path: str, roots: Sequence[str],
+def layout_ids(chunks: Sequence[Chunk], current_path: str | None, roots: Sequence[str],
                language: str, encode: Encode, tokens: RepoTokens) -> list[int]:
-    """The repository-level header: repo name, each chunk's file, the current file's path."""
-    ids = [tokens.repo_name, *encode(repo_name(current_path, roots) + "\n")]
+    """The repository-level header: repo name, each chunk's file, the current file's path
+    (None: the header alone, which every file's prompt with these chunks starts with)."""
+    ids = [tokens.repo_name, *encode(repo_name(current_path or chunks[0].path, roots) + "\n")]
     gap = _GAP.get(language, _DEFAULT_GAP)
     by_file: dict[str, list[str]] = {}
     for chunk in chunks:  # already in (path, line) order
@@ -86,8 +87,19 @@ def layout_ids(chunks: Sequence[Chunk], current_path: str, roots: Sequence[str],
         by_file.setdefault(chunk.path, []).append(text)
     for path, texts in by_file.items():
         ids += [tokens.file_sep, *encode(display_path(path, roots) + "\n" + gap.join(texts))]
-    ids += [tokens.file_sep, *encode(display_path(current_path, roots) + "\n")]
+    if current_path is not None:
+        ids += [tokens.file_sep, *encode(display_path(current_path, roots) + "\n")]
     return ids
+
+
+def package_head_ids(others: Sequence[SourceFile], roots: Sequence[str], language: str,
+                     budget_tokens: int, encode: Encode, tokens: RepoTokens | None) -> list[int]:
+    """The head a file opened next gets with `extraSources` package, where `others` are the
+    documents open now: what a warm prefills before the user opens that file."""
+    if tokens is None or budget_tokens <= 0:
+        return []
+    chunks = package_chunks(others, budget_tokens, lambda text: len(encode(text)))
+    return layout_ids(chunks, None, roots, language, encode, tokens) if chunks else []
 
 
 class CrossFileContext:
@@ -101,16 +113,21 @@ class CrossFileContext:
         others: Sequence[SourceFile], roots: Sequence[str], budget_tokens: int,
         encode: Encode, tokens: RepoTokens | None, sources: str = "all",
     ) -> Plan:
-        """`sources`: all, definitions or similar (see snippets.pick_chunks)."""
+        """`sources`: all, definitions or similar (see snippets.pick_chunks), or package:
+        the outlines of the open files, whatever the cursor (snippets.package_chunks)."""
         if tokens is None or budget_tokens <= 0:
             return Plan((), (), ())
         # Opening or closing another file re-plans once; edits to them wait for the next plan.
         key = (cursor_line // BLOCK_LINES, budget_tokens, sources, frozenset(o.path for o in others))
         plan = self._plans.get(uri)
-        if plan is not None and plan.key == key:
+        if sources == "package":
+            key = (budget_tokens, sources)
+        if plan is not None and plan.key == key and self._still_open(plan, others):
             if plan.encode == encode:
                 return plan
             chunks = list(plan.chunks)  # the same chunks, encoded for this codec
+        elif sources == "package":
+            chunks = package_chunks(others, budget_tokens, lambda text: len(encode(text)))
         else:
             kinds = ("definitions", "similar") if sources == "all" else (sources,)
             chunks = pick_chunks(current, query_text(prefix, suffix), others, budget_tokens,
@@ -119,6 +136,15 @@ class CrossFileContext:
         plan = Plan(key, tuple(chunks), tuple(ids), encode)
         self._plans[uri] = plan
         return plan
+
+    @staticmethod
+    def _still_open(plan: Plan, others: Sequence[SourceFile]) -> bool:
+        """A package plan stays while its files are open (a file opened since joins at its
+        next plan, so a switch back finds its prompt as it was); an empty one waits for none."""
+        if plan.key[-1] != "package":
+            return True
+        paths = {o.path for o in others}
+        return bool(plan.chunks or not others) and all(c.path in paths for c in plan.chunks)
 
     def forget(self, uri: str) -> None:
         self._plans.pop(uri, None)

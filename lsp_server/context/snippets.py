@@ -50,7 +50,7 @@ class Chunk:
     path: str
     start_line: int  # 0-based line of `text` in its file
     text: str
-    kind: str  # "definition" | "similar"
+    kind: str  # "definition" | "similar" | "outline"
     score: float = 0.0
 
 
@@ -214,6 +214,111 @@ def imported_definitions(current: SourceFile, others: Sequence[SourceFile]) -> l
         defs = python_definitions(module.tree, module.text.encode("utf-8", "surrogatepass"), imp.names)
         out.extend(Chunk(path, c.start_line, c.text, c.kind) for c in defs)
     return out
+
+
+# --- a file's outline: what its code offers a caller (Python) ------------------------------
+
+OUTLINE_LINE_CHARS = 120
+_QUOTES = ('"""', "'''")
+
+
+def _docstring_line(body: Node | None, source: bytes) -> str | None:
+    """The first line of a body's docstring, with its quotes closed."""
+    if body is None or not body.children or body.children[0].type != "expression_statement":
+        return None
+    first = body.children[0].children[0] if body.children[0].children else None
+    if first is None or first.type != "string":
+        return None
+    text = _text(first, source).strip()
+    quote = next((q for q in _QUOTES if text.startswith(q)), None)
+    if quote is None:
+        return None
+    line = text[3:].strip().split("\n", 1)[0].strip()
+    line = line[:-3].strip() if line.endswith(quote) else line
+    return f"{quote}{line[:OUTLINE_LINE_CHARS]}{quote}" if line else None
+
+
+def _first_line(node: Node, source: bytes) -> str:
+    return _text(node, source).split("\n", 1)[0][:OUTLINE_LINE_CHARS]
+
+
+def _is_assignment(node: Node) -> bool:
+    return node.type == "expression_statement" and bool(node.children) \
+        and node.children[0].type == "assignment"
+
+
+def _definition(node: Node) -> Node | None:
+    """The function or class a (decorated) definition node holds, else None."""
+    inner = node.child_by_field_name("definition") if node.type == "decorated_definition" else node
+    return inner if inner is not None and inner.type in ("function_definition", "class_definition") else None
+
+
+def _stub(node: Node, source: bytes, indent: str) -> list[str]:
+    """A function or class as stub items: its header with its docstring's first line, then
+    for a class its assignments and its methods' stubs, one level in (an item a member, so
+    a budget can end between them)."""
+    inner = _definition(node)
+    body = inner.child_by_field_name("body") if inner is not None else None
+    if inner is None or body is None:
+        return []
+    header = source[node.start_byte:body.start_byte].decode("utf-8", "replace").rstrip()
+    inside = indent + "    "
+    doc = _docstring_line(body, source)
+    members: list[str] = []
+    if inner.type == "class_definition":
+        for child in body.children:
+            if _definition(child) is not None:
+                members += _stub(child, source, inside)
+            elif _is_assignment(child):
+                members.append(inside + _first_line(child, source))
+    # The header's lines after the first keep their own indentation.
+    first = indent + header + ("\n" + inside + doc if doc else "")
+    return [first + ("" if doc or members else "\n" + inside + "..."), *members]
+
+
+def python_outline(tree: Tree, source: bytes) -> list[str]:
+    """The top-level definitions and assignments of a module as stub items, in file order."""
+    out: list[str] = []
+    for node in tree.root_node.children:
+        if _definition(node) is not None:
+            out += _stub(node, source, "")
+        elif _is_assignment(node):
+            out.append(_first_line(node, source))
+    return out
+
+
+def outline_chunk(source: SourceFile, budget_tokens: int, count_tokens: CountTokens) -> Chunk | None:
+    """`source` in at most `budget_tokens`: its outline (Python with a tree), else its first
+    lines; cut between whole items. The same file gives the same chunk wherever the cursor is."""
+    if source.tree is not None and source.language == "python":
+        items = python_outline(source.tree, source.text.encode("utf-8", "surrogatepass"))
+    else:
+        items = source.text.splitlines()
+    kept: list[str] = []
+    used = 0
+    for item in items:
+        cost = count_tokens(item + "\n")
+        if used + cost > budget_tokens:
+            break
+        kept.append(item)
+        used += cost
+    return Chunk(source.path, 0, "\n".join(kept) + "\n", "outline") if kept else None
+
+
+def package_chunks(others: Sequence[SourceFile], budget_tokens: int,
+                   count_tokens: CountTokens) -> list[Chunk]:
+    """An outline of each file in `others` (newest first; each within an even share of what
+    is left of the budget), ordered by path. Nothing here depends on the cursor or on the
+    current file, so one prefill of it serves every file the user opens next."""
+    chosen: list[Chunk] = []
+    left = budget_tokens
+    for i, source in enumerate(others):
+        share = left // max(1, len(others) - i) - 8  # 8: the file separator and path
+        chunk = outline_chunk(source, share, count_tokens) if share > 16 else None
+        if chunk is not None:
+            chosen.append(chunk)
+            left -= count_tokens(chunk.text) + 8
+    return sorted(chosen, key=lambda c: c.path)
 
 
 # --- filling the budget -------------------------------------------------------------------

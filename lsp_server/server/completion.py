@@ -19,13 +19,12 @@ from typing import Any, Callable
 
 from lsp_server.backends.base import Backend, BackendRequest, PromptCodec
 from lsp_server.config import Config
-from lsp_server.context.cross_file import CrossFileContext, uri_path
+from lsp_server.context.cross_file import CrossFileContext, package_head_ids, uri_path
 from lsp_server.context.postprocess import final_text, stream_text
 from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 from lsp_server.context.snippets import SourceFile
 from lsp_server.context.workspace_files import WorkspaceFiles
-from lsp_server.engine.stopping import stop_strings
-from lsp_server.engine.types import CompletionRequest, Finished, Stats, TextDelta
+from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, Stats, TextDelta
 from lsp_server.server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.server.precompute import Assumed, Pending, Precomputes, accepts
 from lsp_server.server.protocol import StreamUpdate
@@ -103,6 +102,11 @@ def parse_function(language_id: str) -> Callable[[bytes], Any] | None:
 
 def source_file(doc: Document) -> SourceFile:
     return SourceFile(uri_path(doc.uri), doc.text, doc.tree, doc.language_id)
+
+
+def stop_strings(policy: DraftPolicy) -> tuple[str, ...]:
+    """The stop rule as strings a server can apply itself (the rest is cut client-side)."""
+    return ("\n",) if policy.stop.kind == "line" else ()
 
 
 def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec: PromptCodec,
@@ -215,24 +219,36 @@ class CompletionService:
         backend = self.backend_ref()
         return getattr(backend, "worker", None) if backend is not None else None
 
-    def warm(self, cursor: Cursor, encoding: str, doc: Document | None = None) -> None:
+    def warm(self, cursor: Cursor, encoding: str, doc: Document | None = None,
+             head_only: bool = False) -> None:
         """Prefill the prompt for `cursor` in the background (lowest priority; any request
-        preempts it). `doc`: a detached document to warm instead of the stored one."""
+        preempts it). `doc`: a detached document to warm instead of the stored one.
+        `head_only`: only the package head of the files open now (`_package_head`)."""
         config, backend = self.config_ref(), self.backend_ref()
         worker = self._local_worker()
         remote = getattr(backend, "warm", None)  # backends.routing.Router.warm
         if not (config.enabled and config.warm) or backend is None or (worker is None and remote is None):
             return
-        task = asyncio.create_task(self._warm_logged(backend, worker, cursor, encoding, doc))
+        task = asyncio.create_task(self._warm_logged(backend, worker, cursor, encoding, doc, head_only))
         self._warms.add(task)
         task.add_done_callback(self._warms.discard)
 
-    def warm_end_of(self, uri: str, encoding: str) -> None:
-        """didOpen: no cursor yet, so the end of the file (its whole tail is the prefix)."""
+    def warm_opened(self, uri: str, encoding: str) -> None:
+        """didOpen: no cursor yet. With the package head as other files' context, that head
+        as the file opened next will start with it (the file just opened is among its
+        files); else the end of the file (its whole tail is the prefix)."""
         doc = self.documents.get(uri)
         if doc is not None:
             line, character = offset_to_position(doc.text, len(doc.text), encoding)
-            self.warm(Cursor(uri, doc.version, line, character), encoding)
+            window = self.config_ref().contextWindow
+            self.warm(Cursor(uri, doc.version, line, character), encoding,
+                      head_only=window.extraSources == "package" and window.extraTokens > 0)
+
+    def _package_head(self, doc: Document, config: Config, codec: PromptCodec) -> list[int]:
+        """The head of a prompt in a file opened next, with every open file of `doc`'s language."""
+        others = [source_file(d) for d in self.documents.recent(doc.language_id, "")]
+        return package_head_ids(others, self.roots, doc.language_id,
+                                config.contextWindow.extraTokens, codec.encode, codec.repo)
 
     async def _warm_logged(self, *args: Any) -> None:
         try:
@@ -241,7 +257,7 @@ class CompletionService:
             log.exception("warm failed")
 
     async def _warm(self, backend: Backend, worker: Any, cursor: Cursor, encoding: str,
-                    detached: Document | None) -> None:
+                    detached: Document | None, head_only: bool = False) -> None:
         config = self.config_ref()
         if not await backend.wait_ready(config.readyTimeoutS):
             return
@@ -257,6 +273,9 @@ class CompletionService:
         prepared = self._prepare(doc, cursor, encoding, config, backend.codec()).request.request
         policy = replace(prepared.policy, max_new_tokens=0)
         request = replace(prepared, id=prepared.id + "-warm", policy=policy)
+        head = self._package_head(doc, config, backend.codec()) if head_only else []
+        if head:
+            request = replace(request, prompt_ids=tuple(head), heal="")
         final = None
         async for event in worker.submit(request, warm=True):
             if isinstance(event, Finished):

@@ -240,7 +240,7 @@ def did_open(ls: SpecfillServer, params: lsp.DidOpenTextDocumentParams) -> None:
         ls.log_once(f"no completions for {d.uri}: it is {doc.problem} (setting "
                     "maxDocumentMB)", key=f"too-large {d.uri}")
     else:
-        ls.completions.warm_end_of(d.uri, ls.encoding)
+        ls.completions.warm_opened(d.uri, ls.encoding)
 
 
 @handles(WARM_NOTIFICATION)

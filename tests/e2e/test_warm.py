@@ -34,7 +34,8 @@ BIG = "".join(f"def function_{i}(value):\n    return value * {i} + {i % 7}\n\n" 
 @pytest_lsp.fixture(scope="module", config=ClientServerConfig(server_command=SERVER))
 async def client(lsp_client: LanguageClient, tiny_pair_dirs):
     options = tiny_options(*tiny_pair_dirs, maxNewTokens=8,
-                           contextWindow={"prefixTokens": 30000, "extraTokens": 512})
+                           contextWindow={"prefixTokens": 30000, "firstPrefixTokens": 30000,
+                                          "extraTokens": 512})
     await lsp_client.initialize_session(init_params(options))
     await wait_ready(lsp_client)
     yield

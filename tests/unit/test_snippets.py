@@ -159,3 +159,68 @@ def test_a_kept_plan_is_laid_out_again_for_another_codec_with_the_same_chunks():
     text = first_codec.render(list(first.ids))
     assert text.startswith("<|repo_name|>w\n<|file_sep|>pkg/shapes.py\n")
     assert text.endswith("<|file_sep|>pkg/main.py\n") and "def area(radius):" in text
+
+
+# --- the package head: outlines of the open files, whatever the cursor and the current file ---
+
+DOCUMENTED = '''"""Shapes."""
+import math
+
+SCALE = 2
+
+
+@cache
+def area(radius: float,
+         precise: bool = False) -> float:
+    """The area of a circle.
+
+    More words.
+    """
+    return math.pi * radius ** 2
+
+
+class Circle(Shape):
+    """A round shape."""
+    sides = 0
+
+    def perimeter(self):
+        return 2 * math.pi * self.radius
+'''
+
+
+def test_an_outline_keeps_signatures_docstring_lines_and_members_not_bodies():
+    from lsp_server.context.snippets import outline_chunk
+
+    chunk = outline_chunk(source("/w/pkg/shapes.py", DOCUMENTED), 500, count)
+    assert chunk.text == (
+        'SCALE = 2\n@cache\ndef area(radius: float,\n         precise: bool = False) -> float:\n'
+        '    """The area of a circle."""\nclass Circle(Shape):\n    """A round shape."""\n'
+        '    sides = 0\n    def perimeter(self):\n        ...\n')
+    short = outline_chunk(source("/w/pkg/shapes.py", DOCUMENTED), 12, count)
+    assert short.text == "SCALE = 2\n"  # whole items within the budget: no half signature
+    plain = outline_chunk(SourceFile("/w/a.js", "let a = 1;\nlet b = 2;\n", None, "javascript"), 500, count)
+    assert plain.text == "let a = 1;\nlet b = 2;\n"  # no outline: the first lines
+
+
+def test_the_package_plan_ignores_the_cursor_and_the_prompt_of_a_file_opened_next_starts_with_its_warm():
+    from lsp_server.context.cross_file import package_head_ids
+
+    context, tokens = CrossFileContext(), RepoTokens(1000, 1001)
+    tabs = [source("/w/pkg/shapes.py", DOCUMENTED), source("/w/pkg/base.py", SHAPES)]
+    encode = lambda t: [ord(c) for c in t]  # noqa: E731
+    warmed = package_head_ids(tabs, ["/w"], "python", 400, encode, tokens)
+
+    def plan(uri_path: str, line: int, others):
+        current = source(uri_path, MAIN)
+        return context.prefix_ids("file://" + uri_path, current, line, MAIN, "", others, ["/w"], 400,
+                                  encode, tokens, "package")
+
+    first = plan("/w/pkg/main.py", 3, tabs)
+    assert list(first.ids[:len(warmed)]) == warmed and len(first.ids) > len(warmed)
+    assert [c.path for c in first.chunks] == ["/w/pkg/base.py", "/w/pkg/shapes.py"]  # path order
+    assert plan("/w/pkg/main.py", 3 + 5 * BLOCK_LINES, tabs) is first  # a jump keeps the head
+    later = [*tabs, source("/w/pkg/more.py", SHAPES)]
+    assert plan("/w/pkg/main.py", 3, later) is first  # a tab opened since waits: a switch back hits
+    renewed = plan("/w/pkg/main.py", 3, tabs[1:])  # a file of its head closed: a new head
+    assert [c.path for c in renewed.chunks] == ["/w/pkg/base.py"]
+    assert sum(len(encode(c.text)) + 8 for c in first.chunks) <= 400
