@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from lsp_server.commands.models import default_pair_status
-from lsp_server.models.registry import resolve_cache_dir
+from lsp_server.models.registry import SpecialTokens, resolve_cache_dir
 
 
 def default_models_or_fail() -> Path:
@@ -16,3 +16,14 @@ def default_models_or_fail() -> Path:
     if missing:
         pytest.fail(f"default models missing in {cache} ({', '.join(missing)}): run `make models`")
     return cache
+
+
+def special_tokens_by_text(tokens: SpecialTokens) -> dict[str, int]:
+    """The registry's FIM and stop ids by their text, as a loaded pair reports them."""
+    return {
+        "<|fim_prefix|>": tokens.fim_prefix,
+        "<|fim_middle|>": tokens.fim_middle,
+        "<|fim_suffix|>": tokens.fim_suffix,
+        "<|endoftext|>": tokens.endoftext,
+        "<|im_end|>": tokens.im_end,
+    }

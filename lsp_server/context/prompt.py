@@ -91,10 +91,6 @@ class FimPrompt:
     # one: the `anchor_line` to pass for the next prompt of the same document.
     window_line: int | None = None
 
-    @property
-    def total_tokens(self) -> int:
-        return len(self.ids)
-
 
 @dataclass
 class _Meter:

@@ -31,15 +31,6 @@ class SpecialTokens:
         # The generation config names only <|im_end|>; FIM output ends with <|endoftext|>.
         return (self.endoftext, self.im_end)
 
-    def by_text(self) -> dict[str, int]:
-        return {
-            "<|fim_prefix|>": self.fim_prefix,
-            "<|fim_middle|>": self.fim_middle,
-            "<|fim_suffix|>": self.fim_suffix,
-            "<|endoftext|>": self.endoftext,
-            "<|im_end|>": self.im_end,
-        }
-
 
 @dataclass(frozen=True)
 class WheelPartsSource:

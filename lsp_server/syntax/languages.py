@@ -51,7 +51,3 @@ def get_language(language_id: str) -> Language | None:
 def make_parser(language_id: str) -> Parser | None:
     language = get_language(language_id)
     return Parser(language) if language is not None else None
-
-
-def supported_languages() -> list[str]:
-    return sorted(_GRAMMARS)

@@ -8,6 +8,7 @@ import torch
 from lsp_server.commands.models import default_pair_status
 from lsp_server.models.loader import LoadedPair, load_pair
 from lsp_server.models.registry import get_model, get_pair
+from tests.model_cache import special_tokens_by_text
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +35,7 @@ def test_both_models_load_with_the_pinned_sizes_and_shared_special_tokens(pair):
     assert pair.info.target.parameters == get_model(default.target).parameters
     assert pair.info.draft.parameters == get_model(default.draft).parameters
     assert pair.info.target.vocab_size == pair.info.draft.vocab_size == 151936
-    assert pair.special_tokens == get_model(default.target).tokens.by_text()
+    assert pair.special_tokens == special_tokens_by_text(get_model(default.target).tokens)
     assert pair.stop_ids == (151643, 151645)
 
 

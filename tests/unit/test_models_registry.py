@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from lsp_server.models import registry
+from tests.model_cache import special_tokens_by_text
 
 
 def test_default_pair_names_the_qwen_target_and_draft():
@@ -37,7 +38,7 @@ def test_fim_and_stop_tokens_match_the_qwen_tokenizer():
     tokens = registry.get_model("qwen2.5-coder-1.5b").tokens
     assert (tokens.fim_prefix, tokens.fim_middle, tokens.fim_suffix) == (151659, 151660, 151661)
     assert tokens.stop_ids == (151643, 151645)
-    assert tokens.by_text()["<|fim_middle|>"] == 151660
+    assert special_tokens_by_text(tokens)["<|fim_middle|>"] == 151660
 
 
 def test_unknown_names_list_what_is_registered():

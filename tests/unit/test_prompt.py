@@ -63,7 +63,7 @@ def test_small_context_is_kept_whole_in_psm_order():
     assert prompt.ids == [-1, *bpe_like(prefix), -2, *bpe_like(suffix), -3]
     assert (prompt.prefix, prompt.suffix) == (prefix, suffix)
     assert (prompt.prefix_start, prompt.suffix_end) == (0, len(suffix))
-    assert prompt.total_tokens == prompt.prefix_tokens + prompt.suffix_tokens + 3
+    assert len(prompt.ids) == prompt.prefix_tokens + prompt.suffix_tokens + 3
 
 
 def test_spm_order_puts_the_suffix_first():
