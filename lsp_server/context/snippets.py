@@ -238,8 +238,14 @@ def _docstring_line(body: Node | None, source: bytes) -> str | None:
     return f"{quote}{line[:OUTLINE_LINE_CHARS]}{quote}" if line else None
 
 
-def _first_line(node: Node, source: bytes) -> str:
-    return _text(node, source).split("\n", 1)[0][:OUTLINE_LINE_CHARS]
+def _assignment_line(node: Node, source: bytes) -> str:
+    """An assignment on one line; one spread over several (a dict, a long string) shows
+    only its target, so that no bracket or string is left open in the prompt."""
+    text = _text(node, source)
+    if "\n" not in text and len(text) <= OUTLINE_LINE_CHARS:
+        return text
+    left = node.children[0].child_by_field_name("left")
+    return (_text(left, source) if left is not None else text.split("=", 1)[0].strip()) + " = ..."
 
 
 def _is_assignment(node: Node) -> bool:
@@ -261,7 +267,10 @@ def _stub(node: Node, source: bytes, indent: str) -> list[str]:
     body = inner.child_by_field_name("body") if inner is not None else None
     if inner is None or body is None:
         return []
-    header = source[node.start_byte:body.start_byte].decode("utf-8", "replace").rstrip()
+    # Up to the colon before the body: comments between them are not the signature.
+    colons = [c for c in inner.children if c.type == ":" and c.end_byte <= body.start_byte]
+    end = colons[-1].end_byte if colons else body.start_byte
+    header = source[node.start_byte:end].decode("utf-8", "replace").rstrip()
     inside = indent + "    "
     doc = _docstring_line(body, source)
     members: list[str] = []
@@ -270,7 +279,7 @@ def _stub(node: Node, source: bytes, indent: str) -> list[str]:
             if _definition(child) is not None:
                 members += _stub(child, source, inside)
             elif _is_assignment(child):
-                members.append(inside + _first_line(child, source))
+                members.append(inside + _assignment_line(child, source))
     # The header's lines after the first keep their own indentation.
     first = indent + header + ("\n" + inside + doc if doc else "")
     return [first + ("" if doc or members else "\n" + inside + "..."), *members]
@@ -283,7 +292,7 @@ def python_outline(tree: Tree, source: bytes) -> list[str]:
         if _definition(node) is not None:
             out += _stub(node, source, "")
         elif _is_assignment(node):
-            out.append(_first_line(node, source))
+            out.append(_assignment_line(node, source))
     return out
 
 

@@ -167,11 +167,14 @@ DOCUMENTED = '''"""Shapes."""
 import math
 
 SCALE = 2
+TABLE = {
+    "a": 1,
+}
 
 
 @cache
 def area(radius: float,
-         precise: bool = False) -> float:
+         precise: bool = False) -> float:  # a comment
     """The area of a circle.
 
     More words.
@@ -193,11 +196,11 @@ def test_an_outline_keeps_signatures_docstring_lines_and_members_not_bodies():
 
     chunk = outline_chunk(source("/w/pkg/shapes.py", DOCUMENTED), 500, count)
     assert chunk.text == (
-        'SCALE = 2\n@cache\ndef area(radius: float,\n         precise: bool = False) -> float:\n'
+        'SCALE = 2\nTABLE = ...\n@cache\ndef area(radius: float,\n         precise: bool = False) -> float:\n'
         '    """The area of a circle."""\nclass Circle(Shape):\n    """A round shape."""\n'
         '    sides = 0\n    def perimeter(self):\n        ...\n')
     short = outline_chunk(source("/w/pkg/shapes.py", DOCUMENTED), 12, count)
-    assert short.text == "SCALE = 2\n"  # whole items within the budget: no half signature
+    assert short.text == "SCALE = 2\nTABLE = ...\n"  # whole items within the budget: no half signature
     plain = outline_chunk(SourceFile("/w/a.js", "let a = 1;\nlet b = 2;\n", None, "javascript"), 500, count)
     assert plain.text == "let a = 1;\nlet b = 2;\n"  # no outline: the first lines
 
