@@ -17,6 +17,8 @@ BENCHMARKS = {
     "quality": ("lsp_server.bench.quality", "completion quality on held-out real code, through the server"),
     "agreement": ("lsp_server.bench.agreement", "native kernels' top-1 against the same GGUF dequantized to fp32"),
     "bound": ("lsp_server.bench.bound", "the fastest any draft-length controller could be on a run's prompts"),
+    "speculation": ("lsp_server.bench.speculation_session",
+                    "speculation off vs adaptive on warm requests at held-out spots, and an editing replay"),
 }
 
 

@@ -1,0 +1,106 @@
+"""The speculation session's figures: time to the final answer, off / adaptive, by
+completion length (lines < 16 tokens, blocks >= 16), by syntax context, and for the editing
+replay; outputs compared; against issue 50's targets."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from lsp_server.bench.report import markdown_table, median
+
+BLOCK_TOKENS = 16
+# Issue 50's targets (medians of off / adaptive; AVX-512, forced AVX2): reported, never asserted.
+TARGETS = {"lines": (1.3, 1.15), "blocks": (2.2, 1.7), "replay": (3.0, 3.0)}
+SLOWER_SHARE_TARGET = 0.10
+
+
+def known_in_full(answer: dict[str, Any]) -> bool:
+    """Answered from an earlier generation with no model call (engine/lineage.py): in the
+    replay the line before's answer often held this line too; no speculation to measure."""
+    return answer.get("rounds") == 0 and bool(answer.get("known_tokens"))
+
+
+def paired(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows answered by both servers with a model call, with their ratio and whether the
+    texts agree."""
+    out = []
+    for row in rows:
+        off, on = row["off"], row["adaptive"]
+        if off.get("timeout") or on.get("timeout") or not on.get("final_s"):
+            continue
+        if known_in_full(off) and known_in_full(on):
+            continue
+        tokens = off.get("generated_tokens") or 0
+        kind = row["group"] if row["group"] == "replay" else "blocks" if tokens >= BLOCK_TOKENS else "lines"
+        out.append({"label": row["label"], "kind": kind, "context": off.get("context"),
+                    "tokens": tokens, "ratio": off["final_s"] / on["final_s"],
+                    "off_s": off["final_s"], "adaptive_s": on["final_s"],
+                    "off_itl_s": off.get("itl_p50_s"), "adaptive_itl_s": on.get("itl_p50_s"),
+                    "identical": off.get("completion") == on.get("completion"),
+                    "drafters": on.get("drafters") or {}})
+    return out
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    return median([v for v in values if v is not None])
+
+
+def group_figures(pairs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    drafted: dict[str, list[int]] = {}
+    for p in pairs:
+        for source, d in p["drafters"].items():
+            seen = drafted.setdefault(source, [0, 0])
+            seen[0] += d.get("drafted", 0)
+            seen[1] += d.get("accepted", 0)
+    return {"spots": len(pairs), "ratio_median": _median([p["ratio"] for p in pairs]),
+            "off_final_p50_s": _median([p["off_s"] for p in pairs]),
+            "adaptive_final_p50_s": _median([p["adaptive_s"] for p in pairs]),
+            "off_itl_p50_s": _median([p["off_itl_s"] for p in pairs]),
+            "adaptive_itl_p50_s": _median([p["adaptive_itl_s"] for p in pairs]),
+            "tokens_median": _median([p["tokens"] for p in pairs]),
+            "slower": sum(p["ratio"] < 1.0 for p in pairs),
+            "identical": sum(p["identical"] for p in pairs),
+            "drafted_accepted": drafted}
+
+
+def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    pairs = paired(rows)
+    spots = [p for p in pairs if p["kind"] != "replay"]
+    groups = {"all spots": spots, "lines": [p for p in spots if p["kind"] == "lines"],
+              "blocks": [p for p in spots if p["kind"] == "blocks"],
+              "replay": [p for p in pairs if p["kind"] == "replay"]}
+    contexts = sorted({p["context"] or "?" for p in spots})
+    return {"groups": {name: group_figures(g) for name, g in groups.items()},
+            "by_context": {c: group_figures([p for p in spots if (p["context"] or "?") == c]) for c in contexts},
+            "timeouts": sum(r["off"].get("timeout", False) or r["adaptive"].get("timeout", False) for r in rows),
+            "known_in_full": sum(known_in_full(r["off"]) and known_in_full(r["adaptive"]) for r in rows),
+            "pairs": pairs}
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def report_text(summary: dict[str, Any], machine: dict[str, Any], spots: int) -> str:
+    headers = ["group", "n", "off / adaptive (median)", "off p50 s", "adaptive p50 s", "itl off / adaptive ms",
+               "tokens", "slower", "identical", "drafted / accepted by source"]
+    table = []
+    for name, g in [*summary["groups"].items(), *summary["by_context"].items()]:
+        itl = (f"{_f(g['off_itl_p50_s'] and g['off_itl_p50_s'] * 1e3, 1)} / "
+               f"{_f(g['adaptive_itl_p50_s'] and g['adaptive_itl_p50_s'] * 1e3, 1)}")
+        sources = ", ".join(f"{s} {d}/{a}" for s, (d, a) in sorted(g["drafted_accepted"].items()))
+        table.append([name, g["spots"], _f(g["ratio_median"]), _f(g["off_final_p50_s"], 3),
+                      _f(g["adaptive_final_p50_s"], 3), itl, _f(g["tokens_median"], 0),
+                      g["slower"], f"{g['identical']}/{g['spots']}", sources])
+    groups = summary["groups"]
+    slower = groups["all spots"]["slower"] / max(1, groups["all spots"]["spots"])
+    targets = [[name, _f(groups[name]["ratio_median"]), f">= {a} (AVX-512) / >= {b} (AVX2)"]
+               for name, (a, b) in TARGETS.items()]
+    targets.append(["spots slower with speculation", f"{slower:.0%}", f"<= {SLOWER_SHARE_TARGET:.0%}"])
+    same = sum(p["identical"] for p in summary["pairs"])
+    targets.append(["outputs identical", f"{same}/{len(summary['pairs'])}", "100 %"])
+    return (f"# specfill bench speculation\n\n{spots} held-out spots plus the editing replay, "
+            f"CPU {machine.get('cpu')}, kernel {machine.get('kernel_variant', '?')}; "
+            f"timeouts {summary['timeouts']}; answered from an earlier generation by both (left out): "
+            f"{summary['known_in_full']}\n\n" + markdown_table(headers, table) + "\n\n"
+            + markdown_table(["target", "measured", "issue 50"], targets) + "\n")

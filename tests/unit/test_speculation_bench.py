@@ -1,0 +1,58 @@
+"""`specfill bench speculation`: the replay it builds and the figures it reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lsp_server.bench.speculation_report import report_text, summarize
+from lsp_server.bench.speculation_session import replay_steps
+
+SOURCE = '''import os
+
+
+def walk(root, suffix):
+    found = []
+    for name in os.listdir(root):
+        if name.endswith(suffix):
+            found.append(os.path.join(root, name))
+    return sorted(found)
+
+
+print(walk(".", ".py"))
+'''
+
+
+def test_the_replay_writes_the_function_again_below_itself_a_line_at_a_time():
+    steps = replay_steps(Path("/x/walk.py"), SOURCE, lines_wanted=3)
+    assert [s.label for s in steps] == [f"replay walk.py:walk line {j}" for j in (1, 2, 3)]
+    third = steps[2]
+    lines = third.text.split("\n")
+    assert lines[third.line - 3:third.line + 1] == [
+        "def walk_again(root, suffix):", "    found = []", "    for name in os.listdir(root):", "        "]
+    assert third.column == 8
+    assert lines[-2] == 'print(walk(".", ".py"))'  # the rest of the file stays below
+
+
+def row(label: str, tokens: int, off_s: float, on_s: float, same: bool = True, group: str = "spot") -> dict:
+    off = {"final_s": off_s, "generated_tokens": tokens, "context": "call_args", "completion": "x"}
+    on = {"final_s": on_s, "generated_tokens": tokens, "context": "call_args",
+          "completion": "x" if same else "y", "drafters": {"pool": {"drafted": 4, "accepted": 3}}}
+    return {"group": group, "label": label, "first": "off", "off": off, "adaptive": on}
+
+
+def test_the_summary_splits_lines_from_blocks_and_counts_slower_and_differing_spots():
+    rows = [row("a", 5, 0.3, 0.2), row("b", 8, 0.3, 0.4), row("c", 30, 1.0, 0.4, same=False),
+            row("d", 12, 0.5, 0.1, group="replay"),
+            {"group": "spot", "label": "e", "off": {"timeout": True}, "adaptive": {"final_s": 1.0}},
+            row("f", 9, 0.01, 0.02, group="replay")]
+    for answer in (rows[-1]["off"], rows[-1]["adaptive"]):  # no model call either way
+        answer.update(rounds=0, known_tokens=9)
+    summary = summarize(rows)
+    groups = summary["groups"]
+    assert groups["lines"]["spots"] == 2 and groups["blocks"]["spots"] == 1
+    assert groups["lines"]["slower"] == 1 and groups["all spots"]["identical"] == 2
+    assert groups["replay"]["ratio_median"] == 5.0 and summary["timeouts"] == 1
+    assert summary["known_in_full"] == 1
+    assert groups["blocks"]["drafted_accepted"] == {"pool": [4, 3]}
+    text = report_text(summary, {"cpu": "test"}, 3)
+    assert "| outputs identical | 3/4 |" in text
