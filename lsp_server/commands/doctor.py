@@ -42,21 +42,54 @@ def doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-# Small pieces of everyday code to decode with and without speculation.
+# Small pieces of everyday code, completed at their end; held-out spots of installed packages
+# (bench/quality_spots) join them where those packages are installed.
 _PROMPTS = (
     ("def add(a, b):\n    return", ""),
     ("import os\nimport sys\n\n\ndef list_files(root):\n    out = []\n    for name in os.listdir(root):\n",
      "\n    return out\n"),
     ("class Point:\n    def __init__(self, x, y):\n        self.x = x\n", "\n    def norm(self):\n"),
 )
+REAL_SPOTS = 4
+BLOCK_TOKENS = 16  # answers of fewer tokens are lines, as in `specfill bench speculation`
+
+
+def doctor_requests(runtime) -> list:
+    """The requests the server would send at each spot: its prompt window and its syntax
+    policy (server/completion.prepare)."""
+    from lsp_server.backends.base import PromptCodec
+    from lsp_server.bench.quality_spots import cut_spots
+    from lsp_server.config import Config
+    from lsp_server.server.completion import Cursor, prepare
+    from lsp_server.server.documents import DocumentStore
+
+    spots = list(_PROMPTS) + [(s.prefix, s.suffix) for s in cut_spots(REAL_SPOTS, seed=1, neighbours=0)]
+    docs, codec, out = DocumentStore(), PromptCodec(runtime.encode, runtime.fim), []
+    for i, (prefix, suffix) in enumerate(spots):
+        doc = docs.open(f"file:///doctor/spot{i}.py", "python", 1, prefix + suffix)
+        line = prefix.count("\n")
+        column = len(prefix[prefix.rfind("\n") + 1:].encode("utf-16-le")) // 2
+        out.append(prepare(doc, Cursor(doc.uri, 1, line, column), "utf-16", Config(), codec).request.request)
+    return out
+
+
+def timed_answer(engine, request, mode: str):
+    """The request in this speculation mode after a warm at the same cursor, as in the
+    editor: both caches loaded (the draft's too), nothing earlier to replay."""
+    from dataclasses import replace
+
+    policy = replace(request.policy, mode=mode)
+    engine.clear_caches()
+    for _ in engine.generate(replace(request, policy=replace(policy, max_new_tokens=0))):
+        pass
+    return list(engine.generate(replace(request, policy=policy)))[-1]
 
 
 def speculation_report(runtime) -> list[str]:
-    """Answer "should I speculate here?" from measurements on this machine: the round costs
-    the runtime timed at load, the draft's acceptance on a few code prompts, the speedup
-    those predict and the one measured, and what the engine will do."""
-    from lsp_server.engine.costs import best_k, predicted_speedup
-    from lsp_server.engine.types import CompletionRequest, DraftPolicy, StopRule
+    """Answer "should I speculate here?" as the server runs it: warm requests at a few spots
+    with the syntax policy, speculation off and adaptive, time to the final answer, lines
+    and blocks apart; with the round costs the runtime timed at load."""
+    import statistics
 
     engine = runtime.engine
     costs = engine.costs
@@ -65,34 +98,22 @@ def speculation_report(runtime) -> list[str]:
         rows = ", ".join(f"{r}: {t * 1e3:.0f}" for r, t in enumerate(costs.target, 1))
         lines.append(f"target feed ms by rows {{{rows}}}")
         lines.append(f"draft step {costs.draft * 1e3:.1f} ms ({costs.draft / costs.target[0]:.2f} of a target step)")
-    seconds = {"off": 0.0, "adaptive": 0.0}
-    tokens = {"off": 0, "adaptive": 0}
-    drafted = accepted = 0
-    for prefix, suffix in _PROMPTS:
-        ids = [runtime.fim.prefix, *runtime.encode(prefix), runtime.fim.suffix, *runtime.encode(suffix),
-               runtime.fim.middle]
-        for mode in ("off", "adaptive"):
-            engine.clear_caches()  # cold, both ways
-            policy = DraftPolicy(context="doctor", max_new_tokens=48, stop=StopRule("none"), mode=mode,
-                                 k_max=max(1, engine.options.max_k or 8))
-            final = list(engine.generate(CompletionRequest("doctor", tuple(ids), policy)))[-1]
-            s = final.stats
-            seconds[mode] += s.total_s - s.prefill_s
-            tokens[mode] += max(0, s.generated_tokens - 1)  # the first token comes from the prefill
-            if mode == "adaptive":
-                drafted, accepted = drafted + s.drafted, accepted + s.accepted
-    acceptance = accepted / drafted if drafted else 0.0
-    rate = {m: tokens[m] / seconds[m] if seconds[m] else 0.0 for m in seconds}
-    measured = rate["adaptive"] / rate["off"] if rate["off"] else 0.0
-    lines.append(f"decoding after the prefill, {len(_PROMPTS)} code prompts: plain {rate['off']:.1f} tokens/s, "
-                 f"speculative {rate['adaptive']:.1f} tokens/s ({measured:.2f}x measured), "
-                 f"draft acceptance {acceptance:.0%}")
-    if costs is not None:
-        k = best_k(costs, acceptance)
-        predicted = predicted_speedup(costs, k, acceptance)
-        lines.append(f"predicted from the costs at that acceptance: k = {k} pays best, {predicted:.2f}x")
+    ratios: dict[str, list[float]] = {"lines": [], "blocks": []}
+    same = total = 0
+    for request in doctor_requests(runtime):
+        off, on = (timed_answer(engine, request, mode) for mode in ("off", "adaptive"))
+        kind = "blocks" if off.stats.generated_tokens >= BLOCK_TOKENS else "lines"
+        ratios[kind].append(off.stats.total_s / on.stats.total_s if on.stats.total_s else 0.0)
+        same, total = same + (off.token_ids == on.token_ids), total + 1
+    for kind, values in ratios.items():
+        if values:
+            lines.append(f"warm {kind} ({len(values)} spots): time to the final answer off / adaptive "
+                         f"median {statistics.median(values):.2f}x, slower with speculation at {sum(v < 1 for v in values)}")
+    lines.append(f"outputs identical with speculation off: {same} of {total}")
+    every = ratios["lines"] + ratios["blocks"]
+    verdict = "yes" if statistics.median(every) > 1.05 else "no: plain decoding is as fast here"
     cap = engine.options.max_k
-    verdict = "yes" if measured > 1.05 else "no: plain decoding is as fast here"
     lines.append(f"speculate here? {verdict}. The engine drafts 1..{cap or 'policy k_max'} tokens a round "
-                 "(the syntax policy picks within that) and decodes plainly where the target is unsure")
+                 "with the draft model, up to 15 from the prompt and from earlier requests, whichever "
+                 "its measured costs say pays")
     return lines
