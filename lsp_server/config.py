@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from lsp_server.backends.urls import display_url, insecure_remote
+from lsp_server.urls import display_url, insecure_remote
 from lsp_server.context.prompt import FIM_MODES
 from lsp_server.models.registry import DEFAULT_PAIR, get_pair
 

@@ -24,7 +24,8 @@ from lsp_server.context.postprocess import final_text, stream_text
 from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 from lsp_server.context.snippets import SourceFile
 from lsp_server.context.workspace_files import WorkspaceFiles
-from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, Stats, TextDelta
+from lsp_server.engine.stopping import stop_strings
+from lsp_server.engine.types import CompletionRequest, Finished, Stats, TextDelta
 from lsp_server.server.documents import Document, DocumentStore, offset_to_position
 from lsp_server.server.precompute import Assumed, Pending, Precomputes, accepts
 from lsp_server.server.protocol import StreamUpdate
@@ -104,9 +105,10 @@ def source_file(doc: Document) -> SourceFile:
     return SourceFile(uri_path(doc.uri), doc.text, doc.tree, doc.language_id)
 
 
-def stop_strings(policy: DraftPolicy) -> tuple[str, ...]:
-    """The stop rule as strings a server can apply itself (the rest is cut client-side)."""
-    return ("\n",) if policy.stop.kind == "line" else ()
+def package_head(config: Config) -> bool:
+    """Whether other files' context is the package head (the same for every file opened next)."""
+    window = config.contextWindow
+    return window.extraSources == "package" and window.extraTokens > 0
 
 
 def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec: PromptCodec,
@@ -240,9 +242,8 @@ class CompletionService:
         doc = self.documents.get(uri)
         if doc is not None:
             line, character = offset_to_position(doc.text, len(doc.text), encoding)
-            window = self.config_ref().contextWindow
             self.warm(Cursor(uri, doc.version, line, character), encoding,
-                      head_only=window.extraSources == "package" and window.extraTokens > 0)
+                      head_only=package_head(self.config_ref()))
 
     def _package_head(self, doc: Document, config: Config, codec: PromptCodec) -> list[int]:
         """The head of a prompt in a file opened next, with every open file of `doc`'s language."""
