@@ -246,24 +246,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--k-max", type=int, default=12, help="most draft tokens a round may verify")
     p.add_argument("--cost-prompts", type=int, default=4, help="prompts to time the target's feeds after")
     p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="threads of the matrix products (0: every CPU)")
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm import tqdm
 
-    from lsp_server.backends.local_runtime import load_runtime
-    from lsp_server.config import Config, ModelConfig
+    from lsp_server.bench.loading import bench_model, load_bench_runtime
 
     data = _source(args.source)
     src = data["args"]
     spec_mode = "specfill" if src["bench_command"] == "engine" else "policy"
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model = ModelConfig(dtype=src["dtype"], device=src["device"], quant=src["quant"], draftQuant=src["draft_quant"],
-                        **{k: src[k] for k in ("target", "draft") if src.get(k)})
-    runtime = load_runtime(Config(model=model), lambda line: print(f"[load] {line}", flush=True))
+    runtime, threads = load_bench_runtime(bench_model(src), args.threads)
     engine = runtime.engine
     if engine.drafter is None:
         raise SystemExit("the source run's settings load no draft model: nothing to bound")
@@ -289,7 +284,8 @@ def run(args: argparse.Namespace) -> int:
     costs = Costs(plain=source_plain_step(source_rows), verify=verify, draft_step=statistics.median(step_times))
     summary = summarize(rows, costs, args.k_max)
     out_dir = Path(args.out)
-    info = {"machine": machine_info(), "args": plain_args(args), "source_args": src, "spec_mode": spec_mode}
+    info = {"machine": machine_info(), "args": plain_args(args), "threads": threads, "source_args": src,
+            "spec_mode": spec_mode}
     write_json(out_dir / "results.json", {"summary": summary, **info, "rows": rows})
     write_report(out_dir, summary, spec_mode, args)
     print((out_dir / "results.md").read_text())

@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-quant", default="auto", help="draft weights (model.draftQuant)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="threads of the matrix products (0: every CPU)")
     p.add_argument("--k", type=int, default=4, help="specfill's initial k")
     p.add_argument("--k-max", type=int, default=12)
     p.add_argument("--p-min", type=float, default=0.7, help="draft confidence stop")
@@ -177,25 +177,19 @@ def summarize(rows: list[dict[str, Any]], modes: list[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from lsp_server.backends.local_runtime import describe_costs, load_runtime
-    from lsp_server.config import Config, ModelConfig
+    from lsp_server.backends.local_runtime import describe_costs
+    from lsp_server.bench.loading import bench_model, load_bench_runtime
     from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     modes = [m for m in args.modes.split(",") if m]
     unknown = set(modes) - set(MODES)
     if unknown:
         raise SystemExit(f"unknown modes: {', '.join(sorted(unknown))}")
-    model = ModelConfig(dtype=args.dtype, device=args.device, quant=args.quant, draftQuant=args.draft_quant,
-                        **{k: v for k, v in (("target", args.target), ("draft", args.draft)) if v})
-    runtime = load_runtime(Config(model=model), lambda line: print(f"[load] {line}", flush=True))
+    runtime, threads = load_bench_runtime(bench_model(vars(args)), args.threads)
     runner = Runner(runtime, args)
     out_dir = Path(args.out)
     prompts = load_prompts(args.prompts, args.limit)
-    info = {"machine": machine_info(), "args": plain_args(args), "modes": modes,
+    info = {"machine": machine_info(), "args": plain_args(args), "threads": threads, "modes": modes,
             "policy": repr(runner.policy), "tie_tolerance": TIE_TOLERANCE}
     rows: list[dict[str, Any]] = []
     from tqdm import tqdm

@@ -60,7 +60,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated quantization modes; 'T/D' sets the draft's apart; '' skips specfill")
     p.add_argument("--llama-modes", default=",".join(LLAMA_MODES), help="subset of " + ",".join(LLAMA_MODES))
     p.add_argument("--lookup-tokens", type=int, default=10, help="llama.cpp prompt-lookup draft length")
-    p.add_argument("--threads", type=int, default=0, help="threads for both (0: torch's default)")
+    p.add_argument("--threads", type=int, default=0,
+                   help="threads for every side: llama.cpp's -t and specfill's kernels (0: every CPU)")
     p.add_argument("--k", type=int, default=4, help="specfill's initial k")
     p.add_argument("--k-max", type=int, default=12)
     p.add_argument("--p-min", type=float, default=0.7, help="draft confidence stop")
@@ -165,24 +166,27 @@ def timed_result(tokens: list[int], times: list[float], seconds: float) -> dict[
 # --- specfill ------------------------------------------------------------------------------
 
 
-def load_specfill(target: str, draft: str, modes: str) -> Any:
-    """The server's own Runtime for the pair: `modes` is "T" or "T/D" (model.quant tags)."""
-    from lsp_server.backends.local_runtime import load_runtime
-    from lsp_server.config import Config, ModelConfig
+def load_specfill(target: str, draft: str, modes: str, threads: int) -> Any:
+    """The server's own Runtime for the pair on `threads` threads: `modes` is "T" or "T/D"
+    (model.quant tags)."""
+    from lsp_server.bench.loading import bench_model, load_bench_runtime
 
     target_mode, _, draft_mode = modes.partition("/")
-    model = ModelConfig(target=target, draft=draft, dtype="auto", device="cpu",
-                        quant=target_mode, draftQuant=draft_mode or target_mode)
-    return load_runtime(Config(model=model), lambda line: print(f"[load] {line}", flush=True))
+    model = bench_model({"target": target, "draft": draft, "dtype": "auto", "device": "cpu",
+                         "quant": target_mode, "draft_quant": draft_mode or target_mode})
+    runtime, used = load_bench_runtime(model, threads)
+    if used != threads:
+        raise SystemExit(f"specfill runs on {used} threads, not the {threads} llama.cpp gets")
+    return runtime
 
 
-def specfill_runners(modes: str, args: argparse.Namespace, warm_up: Prompt,
-                     stop_ids: set[int]) -> dict[str, Callable[[Prompt], dict[str, Any]]]:
+def specfill_runners(modes: str, args: argparse.Namespace, warm_up: Prompt, stop_ids: set[int],
+                     threads: int) -> dict[str, Callable[[Prompt], dict[str, Any]]]:
     """Plain and speculative decoding with one loaded pair."""
     from lsp_server.bench.engine_bench import Runner
 
     target, draft = pair_names(args)
-    runner = Runner(load_specfill(target, draft, modes), args)
+    runner = Runner(load_specfill(target, draft, modes, threads), args)
     runner.stop_ids = sorted(set(runner.stop_ids) | stop_ids)
     runner.run("target", warm_up.ids[:16])  # first-call allocations
 
@@ -356,11 +360,9 @@ def llama_runners(args: argparse.Namespace, prompts: list[Prompt], gguf: Path, s
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
+    from lsp_server.bench.loading import bench_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    threads = torch.get_num_threads()
+    threads = bench_threads(args.threads)
     out = Path(args.out)
     prompts, stop_ids = build_prompts(args)
     from lsp_server.models.registry import ModelPaths, get_model, resolve_cache_dir
@@ -388,7 +390,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"block {block}: specfill {modes or '(none)'} with llama.cpp ...", flush=True)
         runners = {name: fn for name, fn in llama.items() if block == 0 or name == reference_name(llama)}
         if modes:
-            runners.update(specfill_runners(modes, args, prompts[0], stop_ids))
+            runners.update(specfill_runners(modes, args, prompts[0], stop_ids, threads))
         names = list(runners)
         for i, prompt in enumerate(prompts):
             for name in names[i % len(names):] + names[:i % len(names)]:  # rotate: nobody always first

@@ -61,7 +61,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-quant", default="auto", help="draft weights (model.draftQuant)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="threads of the matrix products (0: every CPU)")
 
 
 def mode_policy(mode: str, max_new_tokens: int, policy_for_spot: DraftPolicy) -> DraftPolicy:
@@ -261,21 +261,15 @@ def _split(value: str, allowed: Sequence[str], what: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
     from tqdm import tqdm
 
-    from lsp_server.backends.local_runtime import load_runtime
-    from lsp_server.config import Config, ModelConfig
+    from lsp_server.bench.loading import bench_model, load_bench_runtime
     from lsp_server.context.prompt import ContextBudget, build_fim_prompt
 
     modes = _split(args.modes, MODES, "modes")
     classes = _split(args.classes, CLASSES, "classes")
-    if args.threads:
-        torch.set_num_threads(args.threads)
     spots = build_prompt_set(args.per_class, classes, args.seed)
-    model = ModelConfig(dtype=args.dtype, device=args.device, quant=args.quant, draftQuant=args.draft_quant,
-                        **{k: v for k, v in (("target", args.target), ("draft", args.draft)) if v})
-    runtime = load_runtime(Config(model=model), lambda line: print(f"[load] {line}", flush=True))
+    runtime, threads = load_bench_runtime(bench_model(vars(args)), args.threads)
     budget = ContextBudget(args.prefix_tokens, args.suffix_tokens)
     prompts = [build_fim_prompt(s.prefix, s.suffix, runtime.encode, runtime.fim, budget, "psm").ids
                for s in spots]
@@ -289,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
           f"{os.cpu_count()} CPUs: other work slows every mode several times over.", flush=True)
     runner = Runner(runtime, args)
     out_dir = Path(args.out)
-    info = {"machine": machine_info(), "args": plain_args(args), "modes": modes, "classes": classes,
+    info = {"machine": machine_info(), "args": plain_args(args), "threads": threads, "modes": modes, "classes": classes,
             "spots": [s.to_dict() for s in spots]}
     rows: list[dict[str, Any]] = []
     for i, (spot, ids) in enumerate(zip(tqdm(spots, desc="spots", unit="spot"), prompts)):

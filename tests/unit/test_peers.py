@@ -76,3 +76,16 @@ def test_acceptance_counts_every_drafted_token() -> None:
 def test_a_missing_llama_cpp_is_reported_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` raise ImportError
     assert "scripts/install-llama-cpp.sh" in (llama_cpp_missing("plain") or "")
+
+
+def test_llama_server_and_its_draft_get_the_thread_count_specfill_gets(tmp_path) -> None:
+    from pathlib import Path
+
+    from lsp_server.backends.llama_binary import LlamaServerProcess
+    from lsp_server.bench.loading import bench_threads
+
+    threads = bench_threads(0)  # the default: every CPU this process may use, on both sides
+    server = LlamaServerProcess(tmp_path / "t.gguf", tmp_path / "d.gguf", threads=threads, binary=Path("/bin/true"))
+    args = server.args
+    assert args[args.index("-t") + 1] == str(threads) and args[args.index("-td") + 1] == str(threads)
+    assert bench_threads(1) == 1
