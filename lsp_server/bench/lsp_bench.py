@@ -37,8 +37,12 @@ from lsp_server.server.client import RequestCancelled, SpecfillClient, completio
 
 # glob.py of the running Python: 8.7 KB, about 2,000 tokens for the Qwen2.5 tokenizer.
 DEFAULT_STDLIB_FILE = "glob.py"
-# From the issue; reported, never asserted.
-TARGETS = {"first_token_warm_p50_s": 0.300, "cancel_idle_p95_s": 0.250}
+# From the issue; reported, never asserted. The first-token target is for answers that needed
+# a model call: one typed through an earlier answer shows its text without any.
+TARGETS = {"first_token_model_p50_s": 0.300, "cancel_idle_p95_s": 0.250}
+# Where an answer's first text came from (answer_source); "unattributed": no server stats could
+# be tied to the request (cancelled, or another answer finished between two looks).
+SOURCES = ("model", "generation", "background", "unattributed")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -163,6 +167,28 @@ def _pct(values: Sequence[float], q: float) -> float | None:
     return percentile(sorted(v for v in values if v is not None), q)
 
 
+def answer_source(engine: dict) -> str:
+    """Where an answer's first text came from, by the server's stats for that request: "model"
+    (a model call made it), "generation" (typed through an earlier answer: its tokens were
+    known), "background" (a precompute made it); "unattributed" without stats."""
+    if not engine:
+        return "unattributed"
+    if not engine.get("known_tokens"):
+        return "model"
+    return engine.get("known_source") or "generation"
+
+
+def by_source(events: Sequence[dict]) -> dict[str, Any]:
+    """First-text latency of warm answers, model calls apart from answers served from earlier
+    work (the two differ by orders of magnitude; one median over both says little)."""
+    warm = [e for e in events if not e["cold"] and e["first_token_s"] is not None]
+    model = [e["first_token_s"] for e in warm if e.get("answer_source") == "model"]
+    reused = [e["first_token_s"] for e in warm if e.get("answer_source") in ("generation", "background")]
+    counts = {s: sum(e.get("answer_source", "unattributed") == s for e in warm) for s in SOURCES}
+    return {"first_token_model_p50_s": _pct(model, 50), "first_token_model_p95_s": _pct(model, 95),
+            "first_token_reused_p50_s": _pct(reused, 50), "warm_first_text_by_source": counts}
+
+
 def summarize(events: Sequence[dict], abort_latencies_s: Sequence[float],
               typing_s: float) -> dict[str, Any]:
     """Latency percentiles (nearest rank) over the request events. Each event has `cold`,
@@ -197,9 +223,11 @@ def summarize(events: Sequence[dict], abort_latencies_s: Sequence[float],
         "samples": {"first_token_warm": len(first_warm), "first_token_cold": len(first_cold),
                     "final": len(finals), "cancel_idle": len(abort_latencies_s),
                     "cancel_idle_client": len(client_idle), "prefilled": len(prefilled)},
+        "cancelled": outcomes.get("cancelled", 0),
         "cancelled_before_first_token": sum(
             e["outcome"] == "cancelled" and e["first_token_s"] is None for e in events),
         "typing_s": typing_s,
+        **by_source(events),
     }
 
 
@@ -237,6 +265,8 @@ class Request:
             "prompt_tokens": self.engine.get("prompt_tokens"),
             "generated_tokens": self.engine.get("generated_tokens"),
             "engine_ttft_s": self.engine.get("ttft_s"),
+            "answer_source": answer_source(self.engine),
+            "known_tokens": self.engine.get("known_tokens"),
             "text": self.text,
         }
 
@@ -466,8 +496,10 @@ def write_report(out_dir: Path, summary: dict, events: list[dict], aborts: Seque
         return [label, value, unit, target, met]
 
     table = markdown_table(["metric", "value", "unit", "target", "met"], [
-        row("first streamed token, warm, p50", "first_token_warm_p50_s"),
-        row("first streamed token, warm, p95", "first_token_warm_p95_s"),
+        row("first streamed text, warm, a model call made it, p50", "first_token_model_p50_s"),
+        row("first streamed text, warm, a model call made it, p95", "first_token_model_p95_s"),
+        row("first streamed text, warm, served from earlier work, p50", "first_token_reused_p50_s"),
+        row("first streamed text, warm, all, p50", "first_token_warm_p50_s"),
         row("first streamed token, cold (first request)", "first_token_cold_p50_s"),
         row("final answer, warm, p50", "final_p50_s"),
         row("final answer, warm, p95", "final_p95_s"),
@@ -481,11 +513,16 @@ def write_report(out_dir: Path, summary: dict, events: list[dict], aborts: Seque
               f"into `{spot.function}()` (lines {spot.start + 1}-{spot.end}) at {args.cps:g} chars/s, "
               f"debounce {args.debounce_ms:g} ms, pauses at each {args.pause_at}. "
               f"{summary['requests']} requests ({summary['outcomes']}), "
+              f"{summary['cancelled']} cancelled ({summary['cancelled_before_first_token']} before any text), "
               f"{summary['debounced_keystrokes']} keystrokes debounced, "
-              f"samples {summary['samples']}.\n\n")
+              f"samples {summary['samples']}. Warm first text by source (model call, typed through an "
+              f"earlier answer, precompute, not tied to stats): {summary['warm_first_text_by_source']}.\n\n")
     (out_dir / "results.md").write_text(header + table)
     latency_plot(out_dir / "latency.png", {
-        "first token\nwarm": [e["first_token_s"] for e in events if not e["cold"]],
+        "first text\nmodel call": [e["first_token_s"] for e in events
+                                  if not e["cold"] and e.get("answer_source") == "model"],
+        "first text\nearlier work": [e["first_token_s"] for e in events if not e["cold"]
+                                    and e.get("answer_source") in ("generation", "background")],
         "first token\ncold": [e["first_token_s"] for e in events if e["cold"]],
         "final\nwarm": [e["final_s"] for e in events
                         if not e["cold"] and e["outcome"] in ("completed", "empty")],
@@ -508,8 +545,8 @@ def latency_plot(path: Path, groups: dict[str, list[float | None]], targets: dic
     for i, values in enumerate(data, start=1):  # every sample, jittered sideways
         ax.scatter([i + rng.uniform(-0.15, 0.15) for _ in values], values, s=12, alpha=0.6,
                    color="#4c72b0", zorder=3)
-    ax.axhline(targets["first_token_warm_p50_s"], color="#c44e52", ls="--", lw=1,
-               label=f"target: warm first token p50 {targets['first_token_warm_p50_s'] * 1000:.0f} ms")
+    ax.axhline(targets["first_token_model_p50_s"], color="#c44e52", ls="--", lw=1,
+               label=f"target: first text of a model call p50 {targets['first_token_model_p50_s'] * 1000:.0f} ms")
     ax.axhline(targets["cancel_idle_p95_s"], color="#dd8452", ls=":", lw=1,
                label=f"target: cancel -> idle p95 {targets['cancel_idle_p95_s'] * 1000:.0f} ms")
     ax.set_yscale("log")
