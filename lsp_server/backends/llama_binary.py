@@ -44,7 +44,7 @@ class LlamaServerProcess:
     `start()` / `stop()`; `url`, `slots()`, `metrics()` read its state."""
 
     def __init__(self, model: str | Path, draft: str | Path | None = None, *, threads: int = 2,
-                 ctx: int = 4096, draft_max: int = 4, api_key: str | None = None,
+                 ctx: int = 4096, draft_max: int | None = 4, api_key: str | None = None,
                  port: int | None = None, log_path: str | Path | None = None,
                  binary: Path | None = None, extra: tuple[str, ...] = (),
                  tls: tuple[str, str, str] | None = None):
@@ -59,9 +59,9 @@ class LlamaServerProcess:
         self.args = [str(self.binary), "-m", str(model), "--host", "127.0.0.1",
                      "--port", str(self.port), "-t", str(threads), "-c", str(ctx), "-np", "1",
                      "--no-webui", "--metrics", "--slots", *extra]
-        if draft is not None:
-            self.args += ["-md", str(draft), "--spec-type", "draft-simple",
-                          "--spec-draft-n-max", str(draft_max), "-td", str(threads)]
+        if draft is not None:  # draft_max None: llama.cpp's own default draft length
+            self.args += ["-md", str(draft), "--spec-type", "draft-simple", "-td", str(threads)]
+            self.args += ["--spec-draft-n-max", str(draft_max)] if draft_max is not None else []
         if api_key:
             self.args += ["--api-key", api_key]
         if tls:

@@ -1,16 +1,13 @@
 """`specfill bench peers`: specfill vs llama.cpp on the same GGUF files and the same prompts.
 
 Every runner gets the same fill-in-the-middle prompt token ids, decodes greedily to the same
-stop ids and token budget, and is timed end to end from a cold cache (prefill included):
+stop ids and token budget, and is timed end to end from a cold cache (prefill included), on
+the same number of threads (`--threads`, every CPU by default: llama.cpp's `-t`/`-td` and
+specfill's native pool):
 
-- llama-server plain: llama.cpp's own C++ server (what llama.vscode and llama.vim users run),
-  built by `scripts/build-llama-server.sh`, on the target's GGUF, fed the same token ids over
-  its streaming `/completion` (no prompt cache). The faster llama.cpp row.
-- llama.cpp plain: `llama_cpp.Llama` on the target's GGUF, as published (Q4_K_M), through
-  llama-cpp-python's Python generate loop.
-- llama.cpp prompt-lookup: the same with `LlamaPromptLookupDecoding` as its drafter. It needs
-  `logits_all=True`, or it crashes once prompt + output pass 512 tokens; llama-cpp-python
-  can't take a second GGUF as a draft model, so this is its only speculative mode.
+- llama.cpp: every mode of its C++ `llama-server` (plain, its draft model, its n-gram
+  speculation) and llama-cpp-python's loop where it is installed (bench/peers_llama.py). A
+  mode that this build lacks or that fails to start gets a row saying why.
 - specfill <mode> plain / speculative: our engine, target and draft loaded as the server
   loads them for model.quant = <mode>: `gguf` (the default, and what `auto` picks wherever the
   native kernels run) multiplies straight from the same GGUF files' blocks; `bf16` runs the
@@ -23,12 +20,11 @@ shorter of the two outputs sets n, and each side is timed to its n-th token (tok
 times are recorded; a speculative round's tokens arrive together). The share of prompts
 with identical outputs is reported beside it.
 
-The load on a shared CPU drifts by minutes, so comparisons are paired: the llama.cpp models
-stay loaded, and each specfill mode is a block in which llama.cpp plain and that mode's
-plain and speculative runs take turns on every prompt (the order rotates). A mode's ratio
-to llama.cpp uses the llama.cpp runs of its own block. Prompt-lookup runs in the first
-block only. llama-cpp-python is a benchmark-only dependency built by
-`scripts/install-llama-cpp.sh`; without it the llama.cpp rows are skipped with a message.
+The load on a shared CPU drifts by minutes, so comparisons are paired: the llama.cpp servers
+stay loaded, and each specfill mode is a block in which every llama.cpp mode and that
+specfill mode's plain and speculative runs take turns on every prompt (the order rotates).
+The headline is specfill's best row against llama-server's best row, over the same tokens of
+the same prompts; each specfill row is also given against llama-server plain.
 Output: DIR/results.json (`summary` first), DIR/results.md and DIR/tokens_per_s.png.
 """
 
@@ -37,15 +33,14 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from lsp_server.bench.peers_llama import LLAMA_MODES, llama_runners
 from lsp_server.bench.report import bar_plot, machine_info, markdown_table, median, plain_args, write_json
 from lsp_server.engine.types import common_prefix_len
 
-LLAMA_MODES = ("server", "plain", "prompt-lookup")
 SPECFILL_MODES = "gguf"
 
 
@@ -60,6 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="comma-separated quantization modes; 'T/D' sets the draft's apart; '' skips specfill")
     p.add_argument("--llama-modes", default=",".join(LLAMA_MODES), help="subset of " + ",".join(LLAMA_MODES))
     p.add_argument("--lookup-tokens", type=int, default=10, help="llama.cpp prompt-lookup draft length")
+    p.add_argument("--llama-draft-max", type=int, default=0,
+                   help="llama-server draft: --spec-draft-n-max (0: llama.cpp's own default)")
     p.add_argument("--threads", type=int, default=0,
                    help="threads for every side: llama.cpp's -t and specfill's kernels (0: every CPU)")
     p.add_argument("--k", type=int, default=4, help="specfill's initial k")
@@ -72,95 +69,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 class Prompt:
     name: str
     ids: list[int]
-
-
-# --- llama.cpp -----------------------------------------------------------------------------
-
-
-def llama_cpp_missing(mode: str) -> str | None:
-    """Why a llama.cpp row can't run, or None."""
-    if mode == "server":
-        from lsp_server.backends.llama_binary import llama_server_path
-
-        return None if llama_server_path() else "no llama-server built: run `make llama-server` (about 8 min)"
-    try:
-        import llama_cpp  # noqa: F401
-    except ImportError:
-        return "llama-cpp-python is not installed: run scripts/install-llama-cpp.sh (about 9 min)"
-    return None
-
-
-class LlamaRunner:
-    def __init__(self, gguf: Path, n_ctx: int, threads: int, lookup_tokens: int | None):
-        from llama_cpp import Llama
-
-        draft = None
-        if lookup_tokens:
-            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-            draft = LlamaPromptLookupDecoding(num_pred_tokens=lookup_tokens)
-        self.llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                         logits_all=draft is not None, draft_model=draft, verbose=False)
-
-    def run(self, ids: list[int], max_new: int, stop_ids: set[int]) -> dict[str, Any]:
-        self.llm.reset()  # cold: no KV prefix carried over from the previous prompt
-        out: list[int] = []
-        times: list[float] = []
-        t = time.perf_counter()
-        tokens = self.llm.generate(ids, top_k=1, top_p=1.0, min_p=0.0, temp=0.0, repeat_penalty=1.0)
-        for token in tokens:
-            if token in stop_ids:
-                break
-            out.append(int(token))
-            times.append(time.perf_counter() - t)
-            if len(out) >= max_new:
-                break
-        tokens.close()
-        return timed_result(out, times, time.perf_counter() - t)
-
-
-class LlamaServerRunner:
-    """llama.cpp's C++ `llama-server` on loopback, fed token ids over streaming /completion."""
-
-    def __init__(self, gguf: Path, n_ctx: int, threads: int):
-        import atexit
-
-        from lsp_server.backends.llama_binary import LlamaServerProcess
-
-        self.server = LlamaServerProcess(gguf, threads=threads, ctx=n_ctx).start()
-        atexit.register(self.server.stop)  # the benchmark's child: it must not outlive the run
-
-    def run(self, ids: list[int], max_new: int, stop_ids: set[int]) -> dict[str, Any]:
-        import json
-
-        import httpx
-
-        body = {"prompt": ids, "n_predict": max_new, "stream": True, "cache_prompt": False,
-                "temperature": 0.0, "top_k": 1, "top_p": 1.0, "min_p": 0.0, "repeat_penalty": 1.0,
-                "return_tokens": True, "samplers": ["top_k"]}
-        out: list[int] = []
-        times: list[float] = []
-        t = time.perf_counter()
-        with httpx.stream("POST", self.server.url + "/completion", json=body, timeout=120.0) as response:
-            response.raise_for_status()
-            for line in response.iter_lines():
-                if not line.startswith("data: "):
-                    continue
-                chunk = json.loads(line[len("data: "):])
-                for token in chunk.get("tokens") or []:
-                    if token in stop_ids or len(out) >= max_new:
-                        break
-                    out.append(int(token))
-                    times.append(time.perf_counter() - t)
-                if chunk.get("stop") or len(out) >= max_new or any(x in stop_ids for x in chunk.get("tokens") or []):
-                    break  # closing the stream stops the server's generation
-        return timed_result(out, times, time.perf_counter() - t)
-
-
-def timed_result(tokens: list[int], times: list[float], seconds: float) -> dict[str, Any]:
-    return {"tokens": tokens, "n": len(tokens), "seconds": seconds, "token_times_s": times,
-            "ttft_s": times[0] if times else None,
-            "tokens_per_s": len(tokens) / seconds if seconds else 0.0}
 
 
 # --- specfill ------------------------------------------------------------------------------
@@ -306,9 +214,29 @@ def paired_ratios(results: dict[str, list[dict[str, Any]]]) -> dict[str, dict[st
     return ratios
 
 
-def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def best_row(results: dict[str, list[dict[str, Any]]], prefix: str) -> str | None:
+    """The fastest row (its own tokens/s) whose name starts with `prefix`."""
+    names = [n for n in results if n.startswith(prefix)]
+    return max(names, key=lambda n: tokens_per_s(results[n])) if names else None
+
+
+def headline(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """specfill's best row against llama-server's best (llama-cpp-python's where no server
+    mode ran), over the same tokens of the same prompts."""
+    ours = best_row(results, "specfill")
+    theirs = best_row(results, "llama-server") or best_row(results, "llama.cpp")
+    if ours is None or theirs is None:
+        return None
+    rate, their_rate, n = equal_n_rates(results[ours], results[theirs])
+    return {"specfill": ours, "llama": theirs, "ratio": rate / their_rate if their_rate else None,
+            "tokens_per_s": rate, "llama_tokens_per_s": their_rate, "tokens": n}
+
+
+def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]]],
+              not_run: dict[str, str] | None = None) -> dict[str, Any]:
     summary: dict[str, Any] = {"tokens_per_s": {r["name"]: r["tokens_per_s"] for r in rows},
-                               "reference": reference_name(results)}
+                               "reference": reference_name(results), "best_vs_best": headline(results),
+                               "not_run": dict(not_run or {})}
     ratios = paired_ratios(results)
     if ratios:
         best = max(ratios, key=lambda name: ratios[name]["ratio"])
@@ -316,92 +244,107 @@ def summarize(rows: list[dict[str, Any]], results: dict[str, list[dict[str, Any]
     return summary
 
 
+def headline_text(summary: dict[str, Any]) -> str:
+    top = summary.get("best_vs_best")
+    if not top or not top["ratio"]:
+        return "\nno headline: specfill or llama.cpp did not run\n"
+    return (f"\nbest vs best: {top['specfill']} {top['tokens_per_s']:.1f} tokens/s against {top['llama']} "
+            f"{top['llama_tokens_per_s']:.1f} over the same {top['tokens']} tokens: **{top['ratio']:.2f}x**\n")
+
+
 def write_report(out: Path, summary: dict[str, Any], rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     ratios = (summary.get("specfill_vs_llamacpp") or {}).get("per_mode", {})
     ref = summary.get("reference") or "llama.cpp"
+    ran = [[r["name"], r["tokens_per_s"], (ratios.get(r["name"]) or {}).get("ratio"), r["median_prompt_tokens_per_s"],
+            r["median_ttft_s"], r.get("acceptance_rate"), r.get("identical_to_reference"), r["load_average_1min"]]
+           for r in rows]
+    skipped = [[name, f"not run: {why}", None, None, None, None, None, None]
+               for name, why in summary.get("not_run", {}).items()]
     table = markdown_table(
         ["runner", "tokens/s", f"x {ref} (same tokens)", "median prompt tok/s", "median TTFT s",
-         "acceptance", f"same output as {ref}", "load avg"],
-        [[r["name"], r["tokens_per_s"], (ratios.get(r["name"]) or {}).get("ratio"), r["median_prompt_tokens_per_s"],
-          r["median_ttft_s"], r.get("acceptance_rate"), r.get("identical_to_reference"), r["load_average_1min"]]
-         for r in rows])
-    vs = summary.get("specfill_vs_llamacpp") or {}
-    best = f"\nbest specfill / {ref}: {vs['best']:.2f}x ({vs['best_mode']})\n" if vs.get("best") else ""
+         "acceptance", f"same output as {ref}", "load avg"], ran + skipped)
     header = (f"# specfill bench peers\n\n{args.prompts}, {args.limit} prompts, {args.max_new_tokens} new tokens, "
-              f"greedy, cold caches, {os.environ.get('OMP_WAIT_POLICY', 'default')} OpenMP wait policy\n\n")
-    (out / "results.md").write_text(header + table + best)
+              f"greedy, cold caches, {summary.get('threads')} threads on every side\n\n")
+    (out / "results.md").write_text(header + table + headline_text(summary))
     bar_plot(out / "tokens_per_s.png", [r["name"] for r in rows], [r["tokens_per_s"] for r in rows],
              "tokens/s", f"{args.prompts}: specfill vs llama.cpp, same GGUF, tokens/s")
 
 
-def llama_runners(args: argparse.Namespace, prompts: list[Prompt], gguf: Path, stop_ids: set[int],
-                  threads: int) -> dict[str, Callable[[Prompt], dict[str, Any]]]:
-    modes = [m for m in args.llama_modes.split(",") if m]
-    unknown = set(modes) - set(LLAMA_MODES)
-    if unknown:
-        raise SystemExit(f"unknown llama.cpp modes: {', '.join(sorted(unknown))}")
-    for mode in list(modes):
-        missing = llama_cpp_missing(mode)
-        if missing:
-            print(f"skipping llama.cpp {mode}: {missing}", flush=True)
-            modes.remove(mode)
-    n_ctx = max(len(p.ids) for p in prompts) + args.max_new_tokens + args.lookup_tokens + 16
-    runners = {}
-    for mode in modes:
-        if mode == "server":
-            llama: Any = LlamaServerRunner(gguf, n_ctx, threads)
-            name = "llama-server"
-        else:
-            llama = LlamaRunner(gguf, n_ctx, threads, args.lookup_tokens if mode == "prompt-lookup" else None)
-            name = f"llama.cpp {mode}"
-        llama.run(prompts[0].ids[:16], 2, stop_ids)  # warm-up: first-call allocations
-        runners[name] = lambda p, llama=llama: llama.run(p.ids, args.max_new_tokens, stop_ids)
-    return runners
+class Recorder:
+    """Results by row and block, rewritten to results.json after every run (a long run that
+    is stopped still leaves what it measured)."""
+
+    def __init__(self, out: Path, info: dict[str, Any], not_run: dict[str, str]):
+        self.out, self.info, self.not_run = out, info, not_run
+        self.results: dict[str, list[dict[str, Any]]] = {}
+        self.rows: list[dict[str, Any]] = []
+        self.load: dict[str, float] = {}
+
+    def record(self, name: str, block: int, prompt: Prompt, result: dict[str, Any]) -> None:
+        self.results.setdefault(name, []).append({"prompt": prompt.name, "block": block, **result})
+        self.load[name] = os.getloadavg()[0]
+        ref = reference_name(self.results)
+        self.rows = [summarize_row(n, rs, self.results[ref] if ref and n != ref else None, self.load[n])
+                     for n, rs in self.results.items()]
+        self.write()
+
+    def summary(self) -> dict[str, Any]:
+        return {**summarize(self.rows, self.results, self.not_run), "threads": self.info["threads"]}
+
+    def write(self) -> None:
+        write_json(self.out / "results.json", {"summary": self.summary(), **self.info, "rows": self.rows,
+                                               "results": self.results})
+
+
+def run_block(block: int, runners: dict[str, Callable[[Prompt], dict[str, Any]]], prompts: list[Prompt],
+              recorder: Recorder) -> None:
+    """Every runner on every prompt, the order rotating; a llama.cpp mode that fails on a
+    prompt is dropped with its reason (its row says so), the others go on."""
+    names = list(runners)
+    for i, prompt in enumerate(prompts):
+        for name in names[i % len(names):] + names[:i % len(names)]:  # rotate: nobody always first
+            if name not in runners:
+                continue
+            try:
+                result = runners[name](prompt)
+            except Exception as exc:  # noqa: BLE001 - only llama.cpp's modes may fail and be dropped
+                if name.startswith("specfill"):
+                    raise
+                print(f"dropping {name}: {exc}", flush=True)
+                recorder.not_run[name] = f"failed on {prompt.name}: {exc}"
+                del runners[name]
+                continue
+            recorder.record(name, block, prompt, result)
 
 
 def run(args: argparse.Namespace) -> int:
     from lsp_server.bench.loading import bench_threads
+    from lsp_server.models.registry import ModelPaths, get_model, resolve_cache_dir
 
     threads = bench_threads(args.threads)
     out = Path(args.out)
     prompts, stop_ids = build_prompts(args)
-    from lsp_server.models.registry import ModelPaths, get_model, resolve_cache_dir
-
-    target, _ = pair_names(args)
-    gguf = ModelPaths.of(resolve_cache_dir(), get_model(target)).gguf(get_model(target))
-    info = {"machine": machine_info(), "args": plain_args(args), "gguf": str(gguf), "threads": threads,
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default")}
-    results: dict[str, list[dict[str, Any]]] = {}
-    load: dict[str, float] = {}
-    rows: list[dict[str, Any]] = []
-
-    def record(name: str, block: int, prompt: Prompt, result: dict[str, Any]) -> None:
-        results.setdefault(name, []).append({"prompt": prompt.name, "block": block, **result})
-        load[name] = os.getloadavg()[0]
-        ref = reference_name(results)
-        rows[:] = [summarize_row(n, rs, results[ref] if ref and n != ref else None, load[n])
-                   for n, rs in results.items()]
-        write_json(out / "results.json", {"summary": summarize(rows, results), **info, "rows": rows,
-                                          "results": results})
-
-    llama = llama_runners(args, prompts, gguf, stop_ids, threads)
+    ggufs = tuple(ModelPaths.of(resolve_cache_dir(), get_model(name)).gguf(get_model(name))
+                  for name in pair_names(args))
+    info = {"machine": machine_info(), "args": plain_args(args), "gguf": [str(g) for g in ggufs],
+            "threads": threads}
+    llama, not_run = llama_runners(args, prompts, ggufs, stop_ids, threads, out)
+    recorder = Recorder(out, info, not_run)
     blocks = [m.strip() for m in args.specfill_modes.split(",") if m.strip()] or [None]
     for block, modes in enumerate(blocks):
-        print(f"block {block}: specfill {modes or '(none)'} with llama.cpp ...", flush=True)
-        runners = {name: fn for name, fn in llama.items() if block == 0 or name == reference_name(llama)}
+        print(f"block {block}: specfill {modes or '(none)'} with llama.cpp {', '.join(llama) or '(none)'} "
+              f"on {threads} threads ...", flush=True)
+        runners = dict(llama)
         if modes:
             runners.update(specfill_runners(modes, args, prompts[0], stop_ids, threads))
-        names = list(runners)
-        for i, prompt in enumerate(prompts):
-            for name in names[i % len(names):] + names[:i % len(names)]:  # rotate: nobody always first
-                record(name, block, prompt, runners[name](prompt))
+        run_block(block, runners, prompts, recorder)
+        llama = {name: fn for name, fn in llama.items() if name in runners}
         del runners
         gc.collect()
-    if not rows:
+    if not recorder.rows:
         print("nothing ran")
         return 1
-    summary = summarize(rows, results)
-    write_json(out / "results.json", {"summary": summary, **info, "rows": rows, "results": results})
-    write_report(out, summary, rows, args)
+    recorder.write()
+    write_report(out, recorder.summary(), recorder.rows, args)
     print((out / "results.md").read_text())
     return 0

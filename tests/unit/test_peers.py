@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from lsp_server.bench.peers import llama_cpp_missing, summarize, summarize_row
+from lsp_server.bench.peers import run_block, summarize, summarize_row, write_report
+from lsp_server.bench.peers_llama import why_not
 
 
 def result(prompt: str, tokens: list[int], seconds: float, **extra: object) -> dict:
@@ -75,7 +76,51 @@ def test_acceptance_counts_every_drafted_token() -> None:
 
 def test_a_missing_llama_cpp_is_reported_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "llama_cpp", None)  # makes `import llama_cpp` raise ImportError
-    assert "scripts/install-llama-cpp.sh" in (llama_cpp_missing("plain") or "")
+    assert "scripts/install-llama-cpp.sh" in (why_not("plain", None) or "")
+
+
+def test_the_headline_is_specfills_best_row_against_llama_servers_best_row() -> None:
+    # llama-server's n-gram mode is its fastest here (50 tok/s), specfill's speculative row ours.
+    results = {
+        "llama-server": [timed("a", 40, 1 / 30)],
+        "llama-server draft": [timed("a", 40, 1 / 20)],
+        "llama-server ngram-mod": [timed("a", 40, 1 / 50)],
+        "specfill gguf plain": [timed("a", 40, 1 / 40)],
+        "specfill gguf speculative": [timed("a", 40, 1 / 60)],
+    }
+    rows = [summarize_row(name, runs, None, 0.1) for name, runs in results.items()]
+
+    top = summarize(rows, results)["best_vs_best"]
+
+    assert (top["specfill"], top["llama"]) == ("specfill gguf speculative", "llama-server ngram-mod")
+    assert top["ratio"] == pytest.approx(60 / 50) and top["tokens"] == 40
+    # Against llama-server plain alone it would have read 2.0x.
+    assert summarize(rows, results)["specfill_vs_llamacpp"]["best"] == pytest.approx(2.0)
+
+
+def test_a_llama_mode_that_fails_gets_a_row_saying_why_and_the_others_run(tmp_path) -> None:
+    import argparse
+
+    from lsp_server.bench.peers import Prompt, Recorder
+
+    def broken(prompt):
+        raise RuntimeError("llama-server exited (1)")
+
+    runners = {"llama-server": lambda p: timed(p.name, 10, 0.03), "llama-server draft": broken,
+               "specfill gguf plain": lambda p: timed(p.name, 10, 0.02)}
+    recorder = Recorder(tmp_path, {"threads": 2}, {"llama-server ngram-simple": "this llama-server takes no "
+                                                   "--spec-type ngram-simple"})
+    run_block(0, runners, [Prompt("a", [1]), Prompt("b", [2])], recorder)
+
+    assert sorted(recorder.results) == ["llama-server", "specfill gguf plain"]
+    assert [len(r) for r in recorder.results.values()] == [2, 2]
+    assert recorder.not_run["llama-server draft"].startswith("failed on ")
+    args = argparse.Namespace(prompts="humaneval", limit=2, max_new_tokens=10)
+    write_report(tmp_path, recorder.summary(), recorder.rows, args)
+    report = (tmp_path / "results.md").read_text()
+    assert "llama-server draft | not run: failed on" in report
+    assert "not run: this llama-server takes no --spec-type ngram-simple" in report
+    assert "best vs best: specfill gguf plain" in report
 
 
 def test_llama_server_and_its_draft_get_the_thread_count_specfill_gets(tmp_path) -> None:
