@@ -79,10 +79,13 @@ test-editors: models editors ## real Neovim and real VS Code (code-server) with 
 bench: models ## engine benchmark: HumanEval, 40 prompts, 128 tokens, the CPU default weights (about 9 minutes on 2 idle cores)
 	$(SPECFILL) bench engine --prompts humaneval --limit 40 --max-new-tokens 128 --modes target,hf-assisted-4,hf-assisted-default,specfill --out $(OUT)/engine
 
-bench-kernels: setup ## the native kernels by rows over a 1.5B target's matrices (~2 min), with llama-bench on the real GGUF beside it
+LLAMA_BENCH = $${SPECFILL_CACHE:-$$HOME/.cache/specfill}/llama-server/0.3.36/bin/llama-bench
+TARGET_GGUF = $${SPECFILL_CACHE:-$$HOME/.cache/specfill}/qwen2.5-coder-1.5b/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+bench-kernels: setup ## the native kernels by rows over a 1.5B target's matrices, their share of this CPU's peak (~3 min), with llama-bench on the real GGUF beside it
+	@test -x $(LLAMA_BENCH) || { echo "bench-kernels: no llama-bench at $(LLAMA_BENCH): run \`make llama-server\` (builds it, ~8 min)" >&2; exit 1; }
+	@test -f $(TARGET_GGUF) || { echo "bench-kernels: no target model at $(TARGET_GGUF): run \`make models\`" >&2; exit 1; }
 	$(SPECFILL) bench kernels
-	LD_LIBRARY_PATH= $${SPECFILL_CACHE:-$$HOME/.cache/specfill}/llama-server/0.3.36/bin/llama-bench -t 2 -r 2 -p 512 -n 128 \
-	  -m $${SPECFILL_CACHE:-$$HOME/.cache/specfill}/qwen2.5-coder-1.5b/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf || true
+	LD_LIBRARY_PATH= $(LLAMA_BENCH) -t 2 -r 2 -p 512 -n 128 -m $(TARGET_GGUF)
 
 bench-lsp: models ## the server over stdio while typing: first-token and cancel latency
 	$(SPECFILL) bench lsp --out $(OUT)/lsp
@@ -99,11 +102,13 @@ bench-agreement: models ## the native target's top-1 against the same GGUF dequa
 bench-bound: models ## the fastest any k controller could be on make bench's prompts (run make bench first)
 	$(SPECFILL) bench bound --from $(OUT)/engine --out $(OUT)/bound
 
-bench-peers: models llama-server ## specfill vs llama.cpp (its C++ server and llama-cpp-python) on the same GGUF files (builds llama-cpp-python, ~9 min)
-	bash scripts/install-llama-cpp.sh $(BIN)/pip
+bench-peers: models llama-server ## specfill vs every llama-server mode (plain, draft model, n-gram) on the same GGUF files, same threads (~5 min)
 	$(SPECFILL) bench peers --limit 8 --out $(OUT)/peers
+
+bench-llamacpp: models llama-server ## specfill's decode and prefill vs llama-bench, interleaved, same threads and context lengths (~3 min)
+	$(SPECFILL) bench llamacpp --out $(OUT)/llamacpp
 
 clean: ## remove build outputs (keeps .venv and the model cache)
 	rm -rf build dist *.egg-info editors/vscode/dist editors/vscode/*.vsix .pytest_cache
 
-.PHONY: help setup models demo editor-deps editors llama-server llama-bench-avx2 cross-deps test test-remote test-fast test-robustness soak test-slow test-editors bench bench-kernels bench-lsp bench-policy bench-quality bench-agreement bench-bound bench-peers clean
+.PHONY: help setup models demo editor-deps editors llama-server llama-bench-avx2 cross-deps test test-remote test-fast test-robustness soak test-slow test-editors bench bench-kernels bench-lsp bench-policy bench-quality bench-agreement bench-bound bench-peers bench-llamacpp clean

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from lsp_server.bench.peers_llama import LLAMA_MODES, llama_runners
+from lsp_server.bench.peers_llama import LLAMA_MODES, SERVER_MODES, llama_runners
 from lsp_server.bench.report import bar_plot, machine_info, markdown_table, median, plain_args, write_json
 from lsp_server.engine.types import common_prefix_len
 
@@ -53,7 +53,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", default=None, help="registry name (default: the default pair's draft)")
     p.add_argument("--specfill-modes", default=SPECFILL_MODES,
                    help="comma-separated quantization modes; 'T/D' sets the draft's apart; '' skips specfill")
-    p.add_argument("--llama-modes", default=",".join(LLAMA_MODES), help="subset of " + ",".join(LLAMA_MODES))
+    p.add_argument("--llama-modes", default=",".join(SERVER_MODES),
+                   help="subset of " + ",".join(LLAMA_MODES) + " (plain, prompt-lookup: llama-cpp-python)")
     p.add_argument("--lookup-tokens", type=int, default=10, help="llama.cpp prompt-lookup draft length")
     p.add_argument("--llama-draft-max", type=int, default=0,
                    help="llama-server draft: --spec-draft-n-max (0: llama.cpp's own default)")
