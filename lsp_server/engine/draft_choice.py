@@ -16,6 +16,9 @@ from .controller import Controller
 from .costs import free_length, tokens_per_s
 from .drafters import Draft
 
+# A free draft after a match this long is priced apart from one after a shorter match: a
+# long match names its context, a short one (a name, a bracket) often continues elsewhere.
+LONG_MATCH = 8
 
 @dataclass(frozen=True)
 class Offer:
@@ -23,6 +26,11 @@ class Offer:
 
     draft: Draft
     match: int
+
+
+def price_key(source: str, match: int) -> str:
+    """What a free draft's acceptance is learnt and priced under (Controller.free_acceptance)."""
+    return f"{source}:{'long' if match >= LONG_MATCH else 'short'}"
 
 
 def pick_free(offers: Sequence[Offer], controller: Controller, model_k: int, *,
@@ -36,13 +44,15 @@ def pick_free(offers: Sequence[Offer], controller: Controller, model_k: int, *,
     if controller.costs is None:
         if model_k > 0:
             offers = [o for o in offers if o.match >= min_match and o.draft.source in trusted]
-        return max(offers, key=lambda o: o.match).draft if offers else None
+        longest = max(offers, key=lambda o: o.match) if offers else None
+        return None if longest is None else Draft(longest.draft.source, longest.draft.tokens,
+                                                  match=longest.match)
     costs = controller.costs
     other = tokens_per_s(costs, model_k, controller.acceptance) if model_k > 0 else 0.0
     best, best_rate = None, max(other, tokens_per_s(costs, 0, 1.0))
     for offer in offers:
-        keep, rate = free_length(costs, len(offer.draft.tokens),
-                                 controller.free_acceptance(offer.draft.source))
+        acceptance = controller.free_acceptance(price_key(offer.draft.source, offer.match))
+        keep, rate = free_length(costs, len(offer.draft.tokens), acceptance)
         if keep and rate > best_rate:
-            best, best_rate = Draft(offer.draft.source, offer.draft.tokens[:keep]), rate
+            best, best_rate = Draft(offer.draft.source, offer.draft.tokens[:keep], match=offer.match), rate
     return best

@@ -27,6 +27,7 @@ class Draft:
     # [n, V] probabilities the tokens were drawn from; None when the proposal is
     # deterministic (q is one-hot), which is what greedy drafting and lookup give.
     probs: torch.Tensor | None = None
+    match: int = 0  # a free draft: how long a tail of the context it matched
 
 
 class ModelDrafter:

@@ -21,7 +21,7 @@ from .controller import AcceptanceMemory, Controller
 from .costs import LiveCosts, RowCosts, draft_pays
 from .detokenize import StreamingText
 from .draft_head import DEFAULT_COMMON
-from .draft_choice import Offer, pick_free
+from .draft_choice import Offer, pick_free, price_key
 from .drafters import Draft, ModelDrafter, PoolDrafter, PromptLookupDrafter
 from .healing import TokenTexts, mask_to, remaining
 from .lean_step import one_call_rows
@@ -353,7 +353,8 @@ class SpeculativeEngine:
             d.accepted += n
         else:
             stats.plain_rounds += 1
-        controller.observe(len(draft.tokens), n, h, model=draft.source == "draft", source=draft.source)
+        controller.observe(len(draft.tokens), n, h, model=draft.source == "draft",
+                           source=price_key(draft.source, draft.match))
         return draft.tokens[:n] + [nxt]
 
     def _draft(
