@@ -65,6 +65,16 @@ node_deps() {
   chmod +x "$NODE_PREFIX/bin/node" "$npm_bin/npm-cli.js" "$npm_bin/npx-cli.js"
   ln -sf ../lib/node_modules/npm/bin/npm-cli.js "$NODE_PREFIX/bin/npm"
   ln -sf ../lib/node_modules/npm/bin/npx-cli.js "$NODE_PREFIX/bin/npx"
+  # Node 20.18, the newest 20.x there, loads ES modules with require() only behind a flag
+  # (20.19 on do it by default), and vsce needs it (ERR_REQUIRE_ESM for parse5). NODE_OPTIONS
+  # reaches the node processes that node starts, too.
+  mv "$NODE_PREFIX/bin/node" "$NODE_PREFIX/bin/node.bin"
+  cat > "$NODE_PREFIX/bin/node" <<'SH'
+#!/bin/sh
+export NODE_OPTIONS="--experimental-require-module${NODE_OPTIONS:+ $NODE_OPTIONS}"
+exec "$(dirname "$0")/node.bin" "$@"
+SH
+  chmod +x "$NODE_PREFIX/bin/node"
   log "node $(node --version), npm $(npm --version) in $NODE_PREFIX/bin"
 }
 
