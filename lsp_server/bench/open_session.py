@@ -89,14 +89,6 @@ def session_spots(count: int, seed: int, neighbours: int) -> list[FileSpots]:
     return pairs
 
 
-def whole_range(text: str) -> Any:
-    from lsprotocol import types as lsp
-
-    lines = text.split("\n")
-    end = lsp.Position(line=len(lines) - 1, character=utf16_len(lines[-1]))
-    return lsp.Range(start=lsp.Position(line=0, character=0), end=end)
-
-
 def server_rss_bytes(client: SpecfillClient) -> int | None:
     process = client.lc._server
     try:
@@ -140,7 +132,7 @@ async def run_file(client: SpecfillClient, spots: FileSpots, before: FileSpots |
     uri = Path(spots.first.path).as_uri()
     client.open(uri, "python", spots.first.document)
     rows = [await rest_then_ask(client, uri, spots.first, "open", pause, timeout_s)]
-    client.change(uri, 2, [(whole_range(spots.first.document), spots.second.document)])
+    client.replace_all(uri, 2, spots.first.document, spots.second.document)
     rows.append(await rest_then_ask(client, uri, spots.second, "jump", JUMP_PAUSE_S, timeout_s))
     if before is not None:  # back to the file before, where its cursor was
         rows.append(await ask(client, Path(before.second.path).as_uri(), before.second, "back",

@@ -66,6 +66,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--extra-sources", default=None, choices=["all", "definitions", "similar", "package"],
                    help="contextWindow.extraSources (default: the server's)")
     p.add_argument("--prefix-tokens", type=int, default=1024)
+    p.add_argument("--first-prefix-tokens", type=int, default=None,
+                   help="contextWindow.firstPrefixTokens (default: the server's)")
     p.add_argument("--suffix-tokens", type=int, default=64)
     p.add_argument("--target", default=None)
     p.add_argument("--draft", default=None)
@@ -91,6 +93,8 @@ def server_options(args: argparse.Namespace, cross_file: bool = True,
     window: dict[str, Any] = {"prefixTokens": args.prefix_tokens, "suffixTokens": args.suffix_tokens}
     window["extraTokens"] = args.extra_tokens if cross_file else 0
     window["workspaceFiles"] = workspace_files
+    if args.first_prefix_tokens is not None:
+        window["firstPrefixTokens"] = args.first_prefix_tokens
     if args.extra_sources is not None:
         window["extraSources"] = args.extra_sources
     if remote_url:

@@ -314,20 +314,30 @@ def outline_chunk(source: SourceFile, budget_tokens: int, count_tokens: CountTok
     return Chunk(source.path, 0, "\n".join(kept) + "\n", "outline") if kept else None
 
 
+# A file's outline in the package head gets at most this share of the budget, whatever the
+# number of files: the share must not change when a file opens, or every outline would.
+PACKAGE_SHARE = 4
+
+
 def package_chunks(others: Sequence[SourceFile], budget_tokens: int,
                    count_tokens: CountTokens) -> list[Chunk]:
-    """An outline of each file in `others` (newest first; each within an even share of what
-    is left of the budget), ordered by path. Nothing here depends on the cursor or on the
-    current file, so one prefill of it serves every file the user opens next."""
+    """An outline of each file of `others` (in the order they were opened, oldest first),
+    each within a fixed share of the budget, for the newest files that fit together; in
+    that order. Nothing here depends on the cursor or on the current file, so one prefill
+    serves every file the user opens next, and a file opened later appends its outline."""
+    share = budget_tokens // PACKAGE_SHARE - 8  # 8: the file separator and path
     chosen: list[Chunk] = []
-    left = budget_tokens
-    for i, source in enumerate(others):
-        share = left // max(1, len(others) - i) - 8  # 8: the file separator and path
+    used = 0
+    for source in reversed(others):
         chunk = outline_chunk(source, share, count_tokens) if share > 16 else None
-        if chunk is not None:
-            chosen.append(chunk)
-            left -= count_tokens(chunk.text) + 8
-    return sorted(chosen, key=lambda c: c.path)
+        if chunk is None:
+            continue
+        cost = count_tokens(chunk.text) + 8
+        if used + cost > budget_tokens:
+            break
+        chosen.append(chunk)
+        used += cost
+    return chosen[::-1]
 
 
 # --- filling the budget -------------------------------------------------------------------

@@ -180,6 +180,12 @@ class SpecfillClient:
         here = lsp.Position(line=line, character=character)
         self.change(uri, version, [(lsp.Range(start=here, end=here), text)])
 
+    def replace_all(self, uri: str, version: int, old_text: str, new_text: str) -> None:
+        """One incremental edit over the whole of `old_text` (the document as the server has it)."""
+        lines = old_text.split("\n")
+        end = lsp.Position(line=len(lines) - 1, character=utf16_len(lines[-1]))
+        self.change(uri, version, [(lsp.Range(start=lsp.Position(line=0, character=0), end=end), new_text)])
+
     def configure(self, settings: dict) -> None:
         """workspace/didChangeConfiguration with specfill's section, as editors send it."""
         self.lc.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(

@@ -193,7 +193,7 @@ class CompletionService:
                  codec: PromptCodec) -> Prepared:
         def head(prefix: str, suffix: str) -> tuple[int, ...]:
             current = source_file(doc)
-            others = [source_file(d) for d in self.documents.recent(doc.language_id, doc.uri)]
+            others = self._other_files(doc, config)
             if config.contextWindow.workspaceFiles and config.contextWindow.extraTokens > 0:
                 others += self.workspace_files.for_document(
                     current, self.roots, [o.path for o in others])
@@ -240,15 +240,26 @@ class CompletionService:
         as the file opened next will start with it (the file just opened is among its
         files); else the end of the file (its whole tail is the prefix)."""
         doc = self.documents.get(uri)
-        if doc is not None:
+        if doc is None:
+            return
+        if package_head(self.config_ref()):  # the cursor only picks the warm's policy: the top
+            self.warm(Cursor(uri, doc.version, 0, 0), encoding, head_only=True)
+        else:
             line, character = offset_to_position(doc.text, len(doc.text), encoding)
-            self.warm(Cursor(uri, doc.version, line, character), encoding,
-                      head_only=package_head(self.config_ref()))
+            self.warm(Cursor(uri, doc.version, line, character), encoding)
+
+    def _other_files(self, doc: Document, config: Config, exclude: str | None = None) -> list[SourceFile]:
+        """The files other-file context is drawn from: for the package head the open ones in
+        the order they were opened (a file opened later appends to it), else the open and
+        recently edited ones, newest first. `exclude`: the document left out (default `doc`)."""
+        exclude = doc.uri if exclude is None else exclude
+        docs = (self.documents.opened(doc.language_id, exclude) if package_head(config) else
+                self.documents.recent(doc.language_id, exclude))
+        return [source_file(d) for d in docs]
 
     def _package_head(self, doc: Document, config: Config, codec: PromptCodec) -> list[int]:
         """The head of a prompt in a file opened next, with every open file of `doc`'s language."""
-        others = [source_file(d) for d in self.documents.recent(doc.language_id, "")]
-        return package_head_ids(others, self.roots, doc.language_id,
+        return package_head_ids(self._other_files(doc, config, exclude=""), self.roots, doc.language_id,
                                 config.contextWindow.extraTokens, codec.encode, codec.repo)
 
     async def _warm_logged(self, *args: Any) -> None:

@@ -355,6 +355,10 @@ class DocumentStore:
         return Document(document.uri, document.language_id, document.version, text,
                         self._parser_factory(document.language_id))
 
+    def opened(self, language_id: str, exclude: str) -> list[Document]:
+        """Open documents of one language in the order they were opened, oldest first."""
+        return [d for uri, d in self._documents.items() if uri != exclude and d.language_id == language_id]
+
     def recent(self, language_id: str, exclude: str, limit: int = 20) -> list[Document]:
         """Open and recently closed-after-editing documents of one language, newest first."""
         pool = {**self._closed, **self._documents}

@@ -140,3 +140,34 @@ async def test_other_open_files_lead_the_prompt_and_a_keystroke_prefills_few_tok
     last = (await stats(client))["last"]
     assert last["prompt_tokens"] > len(text)
     assert last["prefilled_tokens"] <= 4, last
+
+
+async def test_with_the_package_head_a_file_opened_next_finds_the_open_files_head_cached(
+        client: LanguageClient):
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"specfill": {"contextWindow": {"extraSources": "package", "extraTokens": 512}}}))
+    try:
+        open_doc(client, "file:///work/pkg/tab_helpers.py", HELPER)
+        open_doc(client, "file:///work/pkg/tab_big.py", BIG)
+        await wait_idle(client)  # the didOpen warms: the head of a file opened next, all of it
+        s = await stats(client)
+        ended = s["warms"]["warm"] + s["warms"]["aborted"]
+        doc, text = "file:///work/pkg/new_file.py", "def welcome(user):\n    return \n"
+        open_doc(client, doc, text)
+        warm(client, doc, 1, 11)
+        while (s := await stats(client))["warms"]["warm"] + s["warms"]["aborted"] < ended + 2 \
+                or not s["engine"]["idle"]:  # its didOpen warm, then the cursor's
+            await asyncio.sleep(0.02)
+        cursor_warm = s["warms"]["last"]
+        result = await client.text_document_inline_completion_async(inline_params(1, 11, doc))
+        assert result.items
+        last = (await stats(client))["last"]
+        assert last["prefilled_tokens"] <= 2, last
+        # The outlines of both tabs lead the prompt, and the cursor's warm found them cached:
+        # it prefilled the new file's part alone.
+        assert last["prompt_tokens"] == cursor_warm["prompt_tokens"]
+        assert last["prompt_tokens"] > len(text) + len(HELPER.splitlines()[0])
+        assert cursor_warm["prefilled_tokens"] < len(text) + 32, cursor_warm  # + its path, markers
+    finally:
+        client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+            settings={"specfill": {"contextWindow": {"extraSources": "all"}}}))

@@ -220,10 +220,23 @@ def test_the_package_plan_ignores_the_cursor_and_the_prompt_of_a_file_opened_nex
 
     first = plan("/w/pkg/main.py", 3, tabs)
     assert list(first.ids[:len(warmed)]) == warmed and len(first.ids) > len(warmed)
-    assert [c.path for c in first.chunks] == ["/w/pkg/base.py", "/w/pkg/shapes.py"]  # path order
+    assert [c.path for c in first.chunks] == ["/w/pkg/shapes.py", "/w/pkg/base.py"]  # open order
     assert plan("/w/pkg/main.py", 3 + 5 * BLOCK_LINES, tabs) is first  # a jump keeps the head
     later = [*tabs, source("/w/pkg/more.py", SHAPES)]
     assert plan("/w/pkg/main.py", 3, later) is first  # a tab opened since waits: a switch back hits
     renewed = plan("/w/pkg/main.py", 3, tabs[1:])  # a file of its head closed: a new head
     assert [c.path for c in renewed.chunks] == ["/w/pkg/base.py"]
     assert sum(len(encode(c.text)) + 8 for c in first.chunks) <= 400
+    # A file opened later appends its outline: the head warmed before it stays a prefix.
+    assert package_head_ids(later, ["/w"], "python", 400, encode, tokens)[:len(warmed)] == warmed
+
+
+def test_the_package_head_keeps_the_newest_files_that_fit_each_within_a_fixed_share():
+    from lsp_server.context.snippets import PACKAGE_SHARE, package_chunks
+
+    tabs = [source(f"/w/pkg/m{i}.py", DOCUMENTED) for i in range(8)]
+    chunks = package_chunks(tabs, 300, count)
+    assert [c.path for c in chunks] == [t.path for t in tabs[-len(chunks):]]  # newest, in open order
+    assert 1 < len(chunks) < 8
+    assert all(count(c.text) <= 300 // PACKAGE_SHARE for c in chunks)
+    assert package_chunks(tabs[:3], 300, count)[0] == package_chunks(tabs[:4], 300, count)[0]

@@ -29,6 +29,7 @@ const SERVER_OPTIONS = [
   'maxNewTokens',
   'temperature',
   'contextWindow.prefixTokens',
+  'contextWindow.firstPrefixTokens',
   'contextWindow.suffixTokens',
   'model.threads',
   'model.quant',

@@ -216,7 +216,11 @@ local function create_autocmds(group)
       start_server(args.buf)
     end,
   })
-  api.nvim_create_autocmd({ 'CursorHold', 'CursorHoldI', 'InsertEnter' }, {
+  -- Warm where the cursor is as soon as it is known: the server attached to a file just
+  -- opened (LspAttach), a switch to another buffer (BufEnter), a rest, insert mode. A first
+  -- request in a file otherwise waits for its whole prompt (CursorHold comes only after
+  -- 'updatetime', 4 s by default).
+  api.nvim_create_autocmd({ 'CursorHold', 'CursorHoldI', 'InsertEnter', 'BufEnter', 'LspAttach' }, {
     group = group,
     callback = function(args)
       M.warm(args.buf)
