@@ -6,8 +6,15 @@ Distinct random Q4_K weights shaped like the target's 28 layers (fused qkv [2048
 o [1536, 1536], fused gate/up [17920, 1536], down [1536, 8960]) plus a Q6_K head
 [151936, 1536]: ~0.93 GB, far beyond any cache, so every pass streams the weights from DRAM
 as a decode step does. Times whole passes (median of --passes after one warm-up) for each
-row count M and each variant, and prints ms per pass and the ratio to M = 1. The scalar
-reference is ~40x slower than AVX2, so by default it runs M = 1 only (--scalar-rows)."""
+row count M and each variant, and prints ms per pass, the ratio to M = 1, the bytes/s of the
+weights and the products' GMAC/s (int8 multiply-adds) as a share of the peak.
+
+The peak is this machine's own: a micro-benchmark of the variant's dot-product instruction
+on registers (vpdpbusd zmm / ymm on avx512; maddubs + add, and maddubs + madd + add, on
+avx2), one thread's rate times the threads (on a shared machine the threads-at-once rate is
+lower and printed beside it). The one-row pass, which streams the weights, is set against a
+plain read of the same bytes (--passes of it, median). The scalar reference is ~40x slower
+than AVX2, so by default it runs M = 1 only (--scalar-rows)."""
 
 from __future__ import annotations
 
@@ -69,6 +76,32 @@ def time_passes(mats: list[Matrix], M: int, passes: int) -> float:
     return statistics.median(times)
 
 
+def peak_gmacs(variant: str) -> float:
+    """The variant's dot-product peak for the threads in use: the best form's one-thread rate
+    times the threads, or its all-threads rate where that is higher; 0 where it has none.
+    Prints both rates of each form."""
+    threads = native.threads()
+    native.set_threads(1)
+    one = native.dot_peak(variant)
+    native.set_threads(threads)
+    every = dict(native.dot_peak(variant))
+    for form, rate in one:
+        print(f"  {variant} peak, {form}: {rate:.0f} GMAC/s a thread, {every[form]:.0f} on {threads} at once")
+    return max((max(rate * threads, every[form]) for form, rate in one), default=0.0)
+
+
+def read_gb_per_s(mats: list[Matrix], passes: int) -> float:
+    """A plain read of every matrix's weights (native.read_bytes), median GB/s of `passes`."""
+    weights = [m.kernel.weight for m in mats]
+    total = sum(w.numel() for w in weights)
+    times = []
+    for _ in range(passes + 1):  # the first is a warm-up
+        start = time.perf_counter()
+        native.read_bytes(weights)
+        times.append(time.perf_counter() - start)
+    return total / statistics.median(times[1:]) / 1e9
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", default="1,2,3,5,9,13,16", help="activation row counts M")
     parser.add_argument("--scalar-rows", default="1", help="row counts for the (slow) scalar reference; empty: skip it")
@@ -93,18 +126,31 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     mats = build_model()
     total = sum(m.kernel.weight.numel() for m in mats)
-    print(f"{len(mats)} matrices, {total / 1e9:.2f} GB of weights (built in {time.perf_counter() - start:.0f} s)\n")
-    print(f"{'variant':<8} {'M':>3} {'ms/pass':>9} {'x M=1':>7} {'GB/s':>6}")
+    print(f"{len(mats)} matrices, {total / 1e9:.2f} GB of weights (built in {time.perf_counter() - start:.0f} s)")
+    read = read_gb_per_s(mats, args.passes)
+    print(f"plain read of those weights: {read:.1f} GB/s\n")
     for variant in variants:
         native.set_variant(variant)
-        rows = [int(r) for r in (args.scalar_rows if variant == "scalar" else args.rows).split(",") if r]
-        passes = 1 if variant == "scalar" else args.passes
-        base = None
-        for M in rows:
-            ms = time_passes(mats, M, passes)
-            base = base or ms
-            print(f"{variant:<8} {M:>3} {ms:>9.1f} {ms / base:>7.2f} {total / ms / 1e6:>6.1f}", flush=True)
+        time_variant(variant, mats, args, read)
     return 0
+
+
+def time_variant(variant: str, mats: list[Matrix], args: argparse.Namespace, read: float) -> None:
+    """One variant's rows: ms a pass, x M = 1, GB/s (and % of the plain read), GMAC/s (and % of peak)."""
+    peak = peak_gmacs(variant)
+    total = sum(m.kernel.weight.numel() for m in mats)
+    macs = sum(m.N * m.K for m in mats)  # a pass of one row
+    print(f"{'variant':<8} {'M':>3} {'ms/pass':>9} {'x M=1':>7} {'GB/s':>6} {'%read':>6} {'GMAC/s':>7} {'%peak':>6}")
+    rows = [int(r) for r in (args.scalar_rows if variant == "scalar" else args.rows).split(",") if r]
+    base = None
+    for M in rows:
+        ms = time_passes(mats, M, 1 if variant == "scalar" else args.passes)
+        base = base or ms
+        gbs, gmacs = total / ms / 1e6, macs * M / ms / 1e6
+        share = f"{100 * gmacs / peak:>5.0f}%" if peak else f"{'-':>6}"
+        print(f"{variant:<8} {M:>3} {ms:>9.1f} {ms / base:>7.2f} {gbs:>6.1f} {100 * gbs / read:>5.0f}% {gmacs:>7.1f} {share}",
+              flush=True)
+    print()
 
 
 if __name__ == "__main__":

@@ -287,3 +287,25 @@ def test_c_selftest_builds_and_passes_for_arm64_under_qemu(tmp_path):
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0 and result.stdout.rstrip().endswith(" 0 failed"), result.stdout
     assert "variants run: scalar neon" in result.stdout
+
+
+@needs_lib
+def test_the_dot_product_peak_is_measured_for_each_vector_variant():
+    assert native.dot_peak("scalar") == []  # the reference has no dot-product unit to measure
+    for variant in supported_variants():
+        if variant == "scalar":
+            continue
+        rates = native.dot_peak(variant, seconds=0.01)
+        assert len(rates) == 2 and all(rate > 1.0 for _, rate in rates), (variant, rates)
+    lacking = [v for v in native.VARIANTS if v not in supported_variants()]
+    assert all(native.dot_peak(v) == [] for v in lacking)
+
+
+@needs_lib
+def test_the_plain_read_reads_every_byte():
+    data = random_weights(12, 600, 1024, seed=4)  # two threads' shares, a partial last chunk
+    odd = torch.from_numpy(np.arange(4104, dtype=np.uint8))  # not a whole number of 64-byte words
+    expected = int(np.bitwise_xor.reduce(data.numpy().reshape(-1).view(np.uint64)))
+    native.set_threads(2)
+    assert native.read_bytes([data]) == expected
+    assert native.read_bytes([data, odd]) == expected ^ int(np.bitwise_xor.reduce(odd.numpy().view(np.uint64)))

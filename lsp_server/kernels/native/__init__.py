@@ -66,7 +66,8 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
     signatures = {
         "sf_variant_supported": (c_int, [c_int]), "sf_variant_best": (c_int, []),
         "sf_set_variant": (c_int, [c_int]), "sf_get_variant": (c_int, []),
-        "sf_variant_needs": (ctypes.c_char_p, [c_int]),
+        "sf_variant_needs": (ctypes.c_char_p, [c_int]), "sf_dot_form": (ctypes.c_char_p, [c_int, c_int]),
+        "sf_dot_peak": (ctypes.c_double, [c_int, c_int, c_i64]), "sf_read_bytes": (ctypes.c_uint64, [vp, c_size]),
         "sf_request_stop": (None, []), "sf_clear_stop": (None, []), "sf_listen_for_stop": (None, [c_int]),
         "sf_set_threads": (None, [c_int]), "sf_get_threads": (c_int, []), "sf_set_spin_us": (None, [c_int]),
         "sf_type_supported": (c_int, [c_int]), "sf_block_values": (c_i64, [c_int]),
@@ -136,6 +137,35 @@ def set_variant(name: str) -> None:
 
 def variant() -> str:
     return VARIANTS[_need_lib().sf_get_variant()]
+
+
+def dot_peak(name: str, seconds: float = 0.2) -> list[tuple[str, float]]:
+    """The dot-product unit's own rate for variant `name`, on every thread at once
+    (set_threads): (instruction form, GMAC/s = int8 multiply-adds a ns) for each form its
+    products use, widest first, the best of three runs of about `seconds`; [] for the
+    reference (no such unit) or a variant this CPU lacks."""
+    lib = _need_lib()
+    index = VARIANTS.index(name)
+    rates = []
+    for form in (0, 1):
+        if (label := lib.sf_dot_form(index, form)) is None:
+            continue
+        iters = 1 << 16
+        while (rate := lib.sf_dot_peak(index, form, iters)) > 0 and iters * 10 * 64 / rate < seconds * 1e9:
+            iters *= 4  # ~10 chains of up to 64 multiply-adds a round
+        rates.append((label.decode(), max(rate, *(lib.sf_dot_peak(index, form, iters) for _ in range(2)))))
+    return rates
+
+
+def read_bytes(tensors: "list[torch.Tensor]") -> int:
+    """Read every byte of the (contiguous) tensors once, split over the threads, as plainly as
+    memory can be read: the rate a one-row pass over them can at best stream at. Returns
+    the xor of their 8-byte words (so that nothing is skipped)."""
+    lib = _need_lib()
+    checksum = 0
+    for t in tensors:
+        checksum ^= lib.sf_read_bytes(t.data_ptr(), t.numel() * t.element_size())
+    return checksum
 
 
 def set_threads(n: int) -> None:

@@ -9,6 +9,7 @@
 #define SF_X86_VNNI 0
 #define SF_X86_RMAX 6  /* 16 vector registers */
 #include "x86_body.h"
+#include "x86_peak.h"
 
 const struct sf_kernels sf_kernels_avx2 = SF_X86_KERNELS("avx2");
 

@@ -15,6 +15,7 @@
 #define SF_X8_RMAX 8    /* rows per pass over a repacked group: Q8_0, Q5_0, Q4_0 */
 #define SF_X8K_RMAX 13  /* Q4_K, Q6_K: one zmm a row (q4_K_x8_ints_zmm); 14+ spilled (bench kernels) */
 #include "x86_body.h"
+#include "x86_peak.h"
 
 const struct sf_kernels sf_kernels_avx512 = SF_X86_KERNELS("avx512");
 

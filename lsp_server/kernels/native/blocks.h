@@ -263,6 +263,11 @@ struct sf_kernels {
     void (*rope)(float *x, int64_t heads, int64_t D, const float *cos, const float *sin);
     void (*attend)(const float *q, const float *keys, const float *values, int64_t L, int64_t D, float scale,
                    float *s, float *out);
+    /* the dot-product unit's own rate (sf_dot_peak): `iters` rounds of the named form's
+     * multiply-adds on registers, returning how many int8 multiply-adds they were (0: no such
+     * form); NULL for the reference */
+    int64_t (*dot_loop)(int form, int64_t iters);
+    const char *dot_forms[2];
 };
 
 extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */

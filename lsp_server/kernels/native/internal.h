@@ -14,6 +14,8 @@
 
 /* The kernels of the variant in use (SPECFILL_KERNEL at the first call, then sf_set_variant). */
 const struct sf_kernels *sf_current_kernels(void);
+/* Variant v's kernels where this CPU runs them, else NULL. */
+const struct sf_kernels *sf_kernels_of(int v);
 
 /* ---- pool.c: one call at a time, split into shares over the pool's threads ---- */
 

@@ -135,6 +135,16 @@ int sf_dequantize_rows(int type, const void *w, int64_t rows, int64_t K, float *
  * acceptance, never the output). out receives rows * sf_row_bytes(to_type, K) bytes. */
 int sf_requantize_rows(int type, const void *w, int64_t rows, int64_t K, int to_type, void *out);
 
+/* What `bench kernels` sets the products against (peak.c). sf_dot_peak: the int8 multiply-adds
+ * a nanosecond (= GMAC/s) of `form` of variant's dot-product instruction on registers alone,
+ * `iters` rounds of 16 chains on every thread at once (sf_set_threads); < 0 where the variant
+ * cannot run here or has no such form; sf_dot_form names it (NULL: none). sf_read_bytes
+ * reads `bytes` at p once, split over the threads, as plainly as memory can be read (the
+ * rate a one-row pass over weights can at best stream at); returns a checksum. */
+const char *sf_dot_form(int variant, int form);
+double sf_dot_peak(int variant, int form, int64_t iters);
+uint64_t sf_read_bytes(const void *p, size_t bytes);
+
 /* Test hooks: the activation blocks sf_matmul makes (with the current variant) for weights
  * of `type`; out must hold M * sf_act_row_bytes(type, K) bytes. */
 size_t sf_act_row_bytes(int type, int64_t K);

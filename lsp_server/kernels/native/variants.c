@@ -109,3 +109,5 @@ int sf_get_variant(void) {
 }
 
 const struct sf_kernels *sf_current_kernels(void) { return variants[sf_get_variant()]; }
+
+const struct sf_kernels *sf_kernels_of(int v) { return sf_variant_supported(v) ? variants[v] : NULL; }
