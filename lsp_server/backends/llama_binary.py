@@ -23,6 +23,11 @@ def llama_server_path(cache_dir: str | None = None) -> Path | None:
     return _binary("llama-server", cache_dir)
 
 
+def llama_bench_path(cache_dir: str | None = None) -> Path | None:
+    """The built `llama-bench` (`specfill bench llamacpp`), or None (run `make llama-server`)."""
+    return _binary("llama-bench", cache_dir)
+
+
 def llama_env(cache_dir: str | None = None) -> dict[str, str]:
     """Environment to run the binaries with (their shared libraries, if any, sit beside them)."""
     env = dict(os.environ)
