@@ -156,10 +156,12 @@ async def drive(args: argparse.Namespace, steps: Sequence[Step], out_dir: Path) 
             print(f"[speculation] {i + 1}/{len(steps)} {step.label} in {time.monotonic() - t:.1f} s",
                   flush=True)
         stats = {mode: await client.stats() for mode, client in clients.items()}
+        # what each server said while loading: the round costs it measured, the k cap
+        load_log = {mode: [m.text for m in client.messages] for mode, client in clients.items()}
     finally:
         for client in clients.values():
             await client.shutdown()
-    return {"rows": rows, "server_stats": stats}
+    return {"rows": rows, "server_stats": stats, "load_log": load_log}
 
 
 def run(args: argparse.Namespace) -> int:

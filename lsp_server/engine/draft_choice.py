@@ -30,7 +30,7 @@ class Offer:
 
 def price_key(source: str, match: int) -> str:
     """What a free draft's acceptance is learnt and priced under (Controller.free_acceptance)."""
-    return f"{source}:{'long' if match >= LONG_MATCH else 'short'}"
+    return f"{source}_{'long' if match >= LONG_MATCH else 'short'}"
 
 
 def pick_free(offers: Sequence[Offer], controller: Controller, model_k: int, *,

@@ -37,18 +37,18 @@ def test_a_free_draft_beats_the_model_and_runs_long_once_its_source_is_often_rig
     assert picked is not None and picked.source == "pool"
     assert 3 <= len(picked.tokens) < 10  # at the prior's 0.6 the tenth row does not pay
     for _ in range(3):
-        c.observe(drafted=10, accepted=10, target_entropy=None, model=False, source="pool:long")
+        c.observe(drafted=10, accepted=10, target_entropy=None, model=False, source="pool_long")
     assert len(pick_free(offers, c, model_k=4, min_match=3, trusted=set()).tokens) == 10
 
 
 def test_a_free_source_that_keeps_missing_gives_way_to_the_model():
     c = controller()
     for _ in range(10):
-        c.observe(drafted=8, accepted=0, target_entropy=None, model=False, source="pool:long")
-    assert c.free_acceptance("pool:long") < 0.2
+        c.observe(drafted=8, accepted=0, target_entropy=None, model=False, source="pool_long")
+    assert c.free_acceptance("pool_long") < 0.2
     assert pick_free([offer("pool", 10)], c, model_k=4, min_match=3, trusted={"pool"}) is None
     # and it is remembered for the context's next request
-    assert controller_with(c.memory).free_acceptance("pool:long") < 0.2
+    assert controller_with(c.memory).free_acceptance("pool_long") < 0.2
 
 
 def controller_with(memory: AcceptanceMemory) -> Controller:
