@@ -90,16 +90,22 @@ class SpecfillSide:
             return n / (time.perf_counter() - t)
 
 
-def run_rounds(args: argparse.Namespace, specfill: SpecfillSide, llama: Any) -> list[dict[str, Any]]:
-    """Every test on both sides each round, the first side alternating; one row per test and round."""
-    rows = []
+def run_rounds(args: argparse.Namespace, specfill: SpecfillSide, llama: Any,
+               on_row: Any = lambda rows: None) -> list[dict[str, Any]]:
+    """Every test on both sides each round, the first side alternating; one row per test and
+    round, handed to `on_row` as it comes (a run stopped early keeps what it measured)."""
+    import os
+
+    rows: list[dict[str, Any]] = []
     for r in range(args.rounds):
         for name, n, depth in cases(args):
             sides = [("specfill", specfill), ("llama.cpp", llama)]
             rates = {}
             for side, runner in sides if r % 2 == 0 else sides[::-1]:
                 rates[side] = runner(name, n, depth) if side == "llama.cpp" else runner.rate(name, n, depth)
-            rows.append({"round": r, "test": name, **rates, "ratio": rates["specfill"] / rates["llama.cpp"]})
+            rows.append({"round": r, "test": name, **rates, "ratio": rates["specfill"] / rates["llama.cpp"],
+                         "load_average_1min": os.getloadavg()[0]})
+            on_row(rows)
             print(f"round {r}: {name}: specfill {rates['specfill']:.1f}, llama-bench {rates['llama.cpp']:.1f} "
                   f"tokens/s ({rows[-1]['ratio']:.2f}x)", flush=True)
     return rows
@@ -147,13 +153,16 @@ def run(args: argparse.Namespace) -> int:
     runtime, used = load_bench_runtime(bench_model(settings), threads)
     if used != threads:
         raise SystemExit(f"specfill runs on {used} threads, not the {threads} llama-bench gets")
-    rows = run_rounds(args, SpecfillSide(runtime),
-                      lambda name, n, depth: llama_bench_rate(binary, gguf, threads, name, n, depth))
-    summary = summarize(rows)
     out = Path(args.out)
     info = {"machine": machine, "args": plain_args(args), "threads": threads, "gguf": str(gguf),
             "llama_bench": str(binary)}
-    write_json(out / "results.json", {"summary": summary, **info, "rows": rows})
+
+    def save(rows: list[dict[str, Any]]) -> None:
+        write_json(out / "results.json", {"summary": summarize(rows), **info, "rows": rows})
+
+    rows = run_rounds(args, SpecfillSide(runtime),
+                      lambda name, n, depth: llama_bench_rate(binary, gguf, threads, name, n, depth), save)
+    summary = summarize(rows)
     write_report(out, summary, info)
     print((out / "results.md").read_text())
     return 0
