@@ -310,6 +310,8 @@ def stats(ls: SpecfillServer, params: Any) -> dict:
     engine = getattr(worker.engine, "engine", None) if worker else None
     out = ls.stats.to_json(engine.memory.snapshot() if engine is not None else {})
     out["engine"] = engine_state(ls)
+    # the pool of earlier prompts and generations the engine drafts from: fixed memory
+    out["draft_pool"] = engine.history.snapshot() if engine is not None else {}
     out["tables"] = ls.table_sizes()  # per-request bookkeeping: must stay bounded
     out["backends"] = ls.backend.stats() if ls.backend is not None else []
     return out
