@@ -140,8 +140,11 @@ class LlamaServerRunner:
                         break
                     out.append(int(token))
                     times.append(time.perf_counter() - t)
-                if chunk.get("stop") or len(out) >= max_new or any(x in stop_ids for x in tokens):
-                    break  # closing the stream stops the server's generation
+                # At the budget the server stops by itself (n_predict) and its last chunk, read
+                # on for, carries its draft counts; after a stop id that it may not stop on,
+                # closing the stream stops its generation.
+                if chunk.get("stop") or any(x in stop_ids for x in tokens):
+                    break
         seconds = time.perf_counter() - t
         return timed_result(out, times, seconds, **draft_counts(timings))
 
