@@ -126,26 +126,26 @@ class LlamaServerRunner:
         out: list[int] = []
         times: list[float] = []
         timings: dict[str, Any] = {}
+        ended: float | None = None  # when our output ended: a stop id or the budget
         t = time.perf_counter()
         with httpx.stream("POST", self.server.url + "/completion", json=body, timeout=120.0) as response:
             response.raise_for_status()
+            # Read to the server's own stop (an end-of-generation token or n_predict): its last
+            # chunk carries its draft counts. Tokens after a stop id are not ours, nor their time.
             for line in response.iter_lines():
                 if not line.startswith("data: "):
                     continue
                 chunk = json.loads(line[len("data: "):])
                 timings = chunk.get("timings") or timings
-                tokens = chunk.get("tokens") or []
-                for token in tokens:
-                    if token in stop_ids or len(out) >= max_new:
-                        break
-                    out.append(int(token))
-                    times.append(time.perf_counter() - t)
-                # At the budget the server stops by itself (n_predict) and its last chunk, read
-                # on for, carries its draft counts; after a stop id that it may not stop on,
-                # closing the stream stops its generation.
-                if chunk.get("stop") or any(x in stop_ids for x in tokens):
+                for token in chunk.get("tokens") or []:
+                    if ended is None and (token in stop_ids or len(out) >= max_new):
+                        ended = time.perf_counter()
+                    if ended is None:
+                        out.append(int(token))
+                        times.append(time.perf_counter() - t)
+                if chunk.get("stop"):
                     break
-        seconds = time.perf_counter() - t
+        seconds = (ended or time.perf_counter()) - t
         return timed_result(out, times, seconds, **draft_counts(timings))
 
     def stop(self) -> None:
