@@ -92,14 +92,14 @@ class AcceptanceMemory:
                 seen[0] += accepted
                 seen[1] += accepted < drafted
 
-    def free_prior(self, context: str, source: str) -> float:
+    def free_prior(self, context: str, source: str, default: float = FREE_PRIOR_ACCEPTANCE) -> float:
         """A free source's position acceptance in this context once it has PRIOR_TOKENS
-        judged positions, else FREE_PRIOR_ACCEPTANCE."""
+        judged positions, else `default`."""
         with self.lock:
             m = self.by_context.get(context)
             accepted, rejected = m.free.get(source, (0, 0)) if m else (0, 0)
         if accepted + rejected < PRIOR_TOKENS:
-            return FREE_PRIOR_ACCEPTANCE
+            return default
         return position_acceptance(accepted, rejected)
 
     def suggested_k(self, policy: DraftPolicy, min_rounds: int = 8) -> int:
@@ -163,11 +163,11 @@ class Controller:
         its own acceptance (free_acceptance)."""
         return self.policy.mode != "off" and self.policy.k_max > 0
 
-    def free_acceptance(self, source: str) -> float:
+    def free_acceptance(self, source: str, default: float = FREE_PRIOR_ACCEPTANCE) -> float:
         """How often this free source is right at a verified position in this request,
         pulled towards the context's record of it (or the free prior)."""
         accepted, rejected = self.free_seen.get(source, (0, 0))
-        prior = self.memory.free_prior(self.policy.context, source) if self.memory else FREE_PRIOR_ACCEPTANCE
+        prior = self.memory.free_prior(self.policy.context, source, default) if self.memory else default
         return (accepted + PRIOR_TOKENS * prior) / (accepted + rejected + PRIOR_TOKENS)
 
     def next_k(self) -> int:

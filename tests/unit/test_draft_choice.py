@@ -30,15 +30,17 @@ def test_a_free_draft_is_cut_where_one_more_token_stops_paying():
     assert free_length(FLAT, 12, 0.02)[0] == 0  # almost never: a plain step is better
 
 
-def test_a_free_draft_beats_the_model_and_runs_long_once_its_source_is_often_right():
+def test_a_free_draft_beats_the_model_and_runs_long_after_a_long_match_or_a_good_record():
     c = controller()
-    offers = [offer("pool", 10), offer("lookup", 3)]
-    picked = pick_free(offers, c, model_k=4, min_match=3, trusted=set())
+    short = [offer("pool", 10, match=5), offer("lookup", 3, match=3)]
+    picked = pick_free(short, c, model_k=4, min_match=3, trusted=set())
     assert picked is not None and picked.source == "pool"
-    assert 3 <= len(picked.tokens) < 10  # at the prior's 0.6 the tenth row does not pay
+    assert 3 <= len(picked.tokens) < 10  # at the short-match prior of 0.6 the tenth row does not pay
+    long = pick_free([offer("pool", 10, match=20)], c, model_k=4, min_match=3, trusted=set())
+    assert len(long.tokens) == 10  # at the long-match prior of 0.9 it does
     for _ in range(3):
-        c.observe(drafted=10, accepted=10, target_entropy=None, model=False, source="pool_long")
-    assert len(pick_free(offers, c, model_k=4, min_match=3, trusted=set()).tokens) == 10
+        c.observe(drafted=10, accepted=10, target_entropy=None, model=False, source="pool_short")
+    assert len(pick_free(short, c, model_k=4, min_match=3, trusted=set()).tokens) == 10
 
 
 def test_a_free_source_that_keeps_missing_gives_way_to_the_model():
