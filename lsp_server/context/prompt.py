@@ -12,9 +12,10 @@ Two things shape the window:
   of the file (every `block_lines`-th line). A document's first prompt in a region gets a
   short window (`first_prefix_tokens`: the earliest grid line whose tail fits it), so the
   first suggestion after opening a file or jumping waits for few tokens; the caller passes
-  that start back (`anchor_line`) and later prompts keep it while the window from it fits
-  `prefix_tokens`: the window grows at its end as the user types or moves down, and what
-  was computed for it stays valid. Only a window that outgrows `prefix_tokens`, or a cursor
+  that start back (`anchor_line`, with the window's size then: `anchor_tokens`) and later
+  prompts keep it while the window from it fits `prefix_tokens` and has grown by no more
+  than a short window would cost: it grows at its end as the user types or moves down, and
+  what was computed for it stays valid. A window that would outgrow either, or a cursor
   above its start, starts a new short one. In SPM order
   (`<fim_suffix>{suffix}<fim_prefix>{prefix}<fim_middle>`) typing only grows the prompt near
   its end, so consecutive prompts share all but their last few tokens and the engine
@@ -309,19 +310,26 @@ def build_fim_prompt(
     budget: ContextBudget = ContextBudget(),
     mode: FimMode = "psm",
     anchor_line: int | None = None,
+    anchor_tokens: int | None = None,
 ) -> FimPrompt:
     """The FIM prompt for a cursor between `prefix` and `suffix` (the whole document's text
-    before and after it: line numbers count from the top of `prefix`). `anchor_line`: the
-    `window_line` of the document's previous prompt (module docstring). In psm-line the
-    prefix window is split in two at a line start, which can cost one token over its budget."""
+    before and after it: line numbers count from the top of `prefix`). `anchor_line`,
+    `anchor_tokens`: the `window_line` and `prefix_tokens` of the document's previous
+    prompt (module docstring; no `anchor_tokens`: only `prefix_tokens` bounds the window).
+    In psm-line the prefix window is split in two at a line start, which can cost one token
+    over its budget."""
     if mode not in FIM_MODES:
         raise ValueError(f"FIM mode must be one of {', '.join(FIM_MODES)}, not {mode!r}")
     prefix_meter = _Meter(encode, budget.prefix_tokens)
     first = min(budget.first_prefix_tokens or budget.prefix_tokens, budget.prefix_tokens)
     first_meter = _Meter(encode, first, prefix_meter.chars_per_token, prefix_meter._ids)
     start = _prefix_start(prefix, budget, first_meter)
-    # An earlier start is kept where its window holds at least the short one and fits.
-    anchored = _anchored_start(prefix, anchor_line, prefix_meter) if anchor_line is not None else None
+    # An earlier start is kept where its window holds at least the short one, fits, and
+    # costs no more new tokens than the short one (a jump far down would refill the gap).
+    grown = prefix_meter if anchor_tokens is None else _Meter(
+        encode, min(budget.prefix_tokens, anchor_tokens + first), prefix_meter.chars_per_token,
+        prefix_meter._ids)
+    anchored = _anchored_start(prefix, anchor_line, grown) if anchor_line is not None else None
     if anchored is not None and anchored <= start:
         start = anchored
     # psm-line: the lines typed since the last grid line (within the window) open the middle.

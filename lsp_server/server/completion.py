@@ -55,6 +55,7 @@ class Prepared:
     context: SyntaxContext
     suffix: str  # the document after the cursor: what a completion must not repeat
     window_line: int | None = None  # where the prefix window starts (prompt.FimPrompt)
+    window_tokens: int = 0  # and the tokens it holds
 
 
 @dataclass
@@ -113,9 +114,10 @@ def package_head(config: Config) -> bool:
 
 def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec: PromptCodec,
             head: Callable[[str, str], tuple[int, ...]] = lambda prefix, suffix: (),
-            anchor_line: int | None = None) -> Prepared:
+            anchor: tuple[int, int] | None = None) -> Prepared:
     """`head(prefix, suffix)`: token ids in front of the FIM prompt (other files' chunks);
-    `anchor_line`: where the document's previous prompt started its window (prompt.py)."""
+    `anchor`: where the document's previous prompt started its window and the tokens it
+    held (prompt.py's `anchor_line`, `anchor_tokens`)."""
     prefix, suffix = doc.prefix_suffix(cursor.line, cursor.character, encoding)
     offset = doc.cursor_byte_offset(cursor.line, cursor.character, encoding)
     context = classify(doc.tree, doc.source, offset, doc.language_id)
@@ -128,12 +130,12 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec:
     budget = ContextBudget(window.prefixTokens, window.suffixTokens,
                            first_prefix_tokens=window.firstPrefixTokens)
     request_id = f"{cursor.uri}#{next(_ids)}"
-    window_lines: list[int | None] = []
+    windows: list[tuple[int | None, int]] = []
 
     def build(codec: PromptCodec) -> BackendRequest:
         prompt = build_fim_prompt(prefix, suffix, codec.encode, codec.fim, budget, window.fimMode,
-                                  anchor_line)
-        window_lines.append(prompt.window_line)
+                                  *(anchor or (None, None)))
+        windows.append((prompt.window_line, prompt.prefix_tokens))
         others = head(prefix, suffix)
         ids = (*others, *prompt.ids)
         text = plain = cut = ""
@@ -162,7 +164,7 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec:
              cursor.character, describe(context, log.isEnabledFor(logging.DEBUG)),
              len(request.request.prompt_ids) or len(request.prompt_text),
              " (characters)" if request.prompt_text else "")
-    return Prepared(request, context, suffix, window_lines[0])
+    return Prepared(request, context, suffix, *windows[0])
 
 
 class CompletionService:
@@ -179,8 +181,9 @@ class CompletionService:
         self.stats = stats
         self.inflight: dict[str, Generation] = {}
         self.cross_file = CrossFileContext()
-        # Per document, the line its last prompt's window started at (context/prompt.py).
-        self.window_lines: dict[str, int] = {}
+        # Per document, the line its last prompt's window started at and the tokens that
+        # window held (context/prompt.py).
+        self.windows: dict[str, tuple[int, int]] = {}
         self.roots: list[str] = []  # workspace folders (POSIX paths), set by the server
         self.workspace_files = WorkspaceFiles(parse_function)
         self._warms: set[asyncio.Task] = set()
@@ -190,7 +193,9 @@ class CompletionService:
         self.precomputes = Precomputes(on_waste=stats.wasted)
 
     def _prepare(self, doc: Document, cursor: Cursor, encoding: str, config: Config,
-                 codec: PromptCodec) -> Prepared:
+                 codec: PromptCodec, grow: bool = False) -> Prepared:
+        """`grow`: the prompt with the whole window (prefixTokens) a fresh start would take,
+        for a warm to fill in while the user rests; the document keeps its window start."""
         def head(prefix: str, suffix: str) -> tuple[int, ...]:
             current = source_file(doc)
             others = self._other_files(doc, config)
@@ -203,17 +208,22 @@ class CompletionService:
                 config.contextWindow.extraSources)
             return plan.ids
 
-        prepared = prepare(doc, cursor, encoding, config, codec, head, self.window_lines.get(doc.uri))
+        if grow:
+            whole = replace(config.contextWindow, firstPrefixTokens=config.contextWindow.prefixTokens)
+            config = replace(config, contextWindow=whole)
+        prepared = prepare(doc, cursor, encoding, config, codec, head, self.windows.get(doc.uri))
+        if grow:
+            return prepared
         if prepared.window_line is None:
-            self.window_lines.pop(doc.uri, None)
+            self.windows.pop(doc.uri, None)
         else:
-            self.window_lines[doc.uri] = prepared.window_line
+            self.windows[doc.uri] = (prepared.window_line, prepared.window_tokens)
         return prepared
 
     def forget(self, uri: str) -> None:
         """A closed document: what its prompts were laid out by is dropped with it."""
         self.cross_file.forget(uri)
-        self.window_lines.pop(uri, None)
+        self.windows.pop(uri, None)
 
     # -- warming: the local engine's worker, or the remote server a document sticks to ---
 
@@ -222,16 +232,19 @@ class CompletionService:
         return getattr(backend, "worker", None) if backend is not None else None
 
     def warm(self, cursor: Cursor, encoding: str, doc: Document | None = None,
-             head_only: bool = False) -> None:
+             head_only: bool = False, grow: bool = False) -> None:
         """Prefill the prompt for `cursor` in the background (lowest priority; any request
         preempts it). `doc`: a detached document to warm instead of the stored one.
-        `head_only`: only the package head of the files open now (`_package_head`)."""
+        `head_only`: only the package head of the files open now (`_package_head`).
+        `grow`: the cursor's prompt with the whole window; once it is in, the document's
+        prompts take that window (a warm of the short one asks for it when done)."""
         config, backend = self.config_ref(), self.backend_ref()
         worker = self._local_worker()
         remote = getattr(backend, "warm", None)  # backends.routing.Router.warm
         if not (config.enabled and config.warm) or backend is None or (worker is None and remote is None):
             return
-        task = asyncio.create_task(self._warm_logged(backend, worker, cursor, encoding, doc, head_only))
+        task = asyncio.create_task(self._warm_logged(backend, worker, cursor, encoding, doc,
+                                                     head_only, grow))
         self._warms.add(task)
         task.add_done_callback(self._warms.discard)
 
@@ -269,7 +282,7 @@ class CompletionService:
             log.exception("warm failed")
 
     async def _warm(self, backend: Backend, worker: Any, cursor: Cursor, encoding: str,
-                    detached: Document | None, head_only: bool = False) -> None:
+                    detached: Document | None, head_only: bool = False, grow: bool = False) -> None:
         config = self.config_ref()
         if not await backend.wait_ready(config.readyTimeoutS):
             return
@@ -282,9 +295,11 @@ class CompletionService:
             request = self._prepare(doc, cursor, encoding, config, backend.codec()).request
             backend.warm(request, self._remote_warm_done)
             return
-        prepared = self._prepare(doc, cursor, encoding, config, backend.codec()).request.request
-        policy = replace(prepared.policy, max_new_tokens=0)
-        request = replace(prepared, id=prepared.id + "-warm", policy=policy)
+        prepared = self._prepare(doc, cursor, encoding, config, backend.codec(), grow)
+        if grow and prepared.window_line in (None, self.windows.get(doc.uri, (None,))[0]):
+            return  # the window is already whole
+        policy = replace(prepared.request.request.policy, max_new_tokens=0)
+        request = replace(prepared.request.request, id=prepared.request.id + "-warm", policy=policy)
         head = self._package_head(doc, config, backend.codec()) if head_only else []
         if head:
             request = replace(request, prompt_ids=tuple(head), heal="")
@@ -292,8 +307,15 @@ class CompletionService:
         async for event in worker.submit(request, warm=True):
             if isinstance(event, Finished):
                 final = event
-        if final is not None:
-            self.stats.warm(final.reason, final.stats)
+        if final is None:
+            return
+        self.stats.warm(final.reason, final.stats)
+        if final.reason != "warm" or detached is not None or head_only:
+            return
+        if not grow:  # the cursor's short window is in; while the user rests, the whole one
+            self.warm(cursor, encoding, grow=True)
+        elif self.documents.get(cursor.uri) is doc and doc.version == cursor.version:
+            self.windows[doc.uri] = (prepared.window_line, prepared.window_tokens)  # now whole
 
     def _remote_warm_done(self, outcome: Any) -> None:
         """`outcome`: a backends.warming.WarmOutcome, counted with the local warms."""

@@ -59,6 +59,12 @@ def warm(client: LanguageClient, uri: str, line: int, character: int) -> None:
                                              "position": {"line": line, "character": character}})
 
 
+async def settle(client: LanguageClient) -> None:
+    """The notifications just sent are taken up (their warms submitted), then done."""
+    await asyncio.sleep(0.3)
+    await wait_idle(client)
+
+
 async def wait_warms(client: LanguageClient, done: int, timeout_s: float = 30.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -150,15 +156,12 @@ async def test_with_the_package_head_a_file_opened_next_finds_the_open_files_hea
         open_doc(client, "file:///work/pkg/tab_helpers.py", HELPER)
         open_doc(client, "file:///work/pkg/tab_big.py", BIG)
         await wait_idle(client)  # the didOpen warms: the head of a file opened next, all of it
-        s = await stats(client)
-        ended = s["warms"]["warm"] + s["warms"]["aborted"]
         doc, text = "file:///work/pkg/new_file.py", "def welcome(user):\n    return \n"
         open_doc(client, doc, text)
+        await settle(client)  # its didOpen warm: the head of a file opened after it
         warm(client, doc, 1, 11)
-        while (s := await stats(client))["warms"]["warm"] + s["warms"]["aborted"] < ended + 2 \
-                or not s["engine"]["idle"]:  # its didOpen warm, then the cursor's
-            await asyncio.sleep(0.02)
-        cursor_warm = s["warms"]["last"]
+        await settle(client)
+        cursor_warm = (await stats(client))["warms"]["last"]
         result = await client.text_document_inline_completion_async(inline_params(1, 11, doc))
         assert result.items
         last = (await stats(client))["last"]
@@ -171,3 +174,27 @@ async def test_with_the_package_head_a_file_opened_next_finds_the_open_files_hea
     finally:
         client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
             settings={"specfill": {"contextWindow": {"extraSources": "all"}}}))
+
+
+async def test_a_short_first_window_grows_whole_while_the_user_rests(client: LanguageClient):
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+        settings={"specfill": {"contextWindow": {"prefixTokens": 600, "firstPrefixTokens": 120}}}))
+    try:
+        doc = "file:///work/pkg/grows.py"
+        open_doc(client, doc, BIG)
+        first = await client.text_document_inline_completion_async(inline_params(300, 0, doc))
+        short = (await stats(client))["last"]
+        assert first.items is not None and short["prompt_tokens"] < 200  # the short window
+        warm(client, doc, 300, 0)
+        deadline = time.monotonic() + 30
+        while (s := await stats(client))["warms"]["last"]["prompt_tokens"] <= 500 \
+                or not s["engine"]["idle"]:  # the cursor's warm (cached), then the whole window's
+            assert time.monotonic() < deadline, s["warms"]
+            await asyncio.sleep(0.02)
+        await client.text_document_inline_completion_async(inline_params(300, 0, doc))
+        whole = (await stats(client))["last"]
+        assert whole["prompt_tokens"] == s["warms"]["last"]["prompt_tokens"]
+        assert whole["prefilled_tokens"] <= 2, whole  # grown in the background, not at the request
+    finally:
+        client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(
+            settings={"specfill": {"contextWindow": {"prefixTokens": 30000, "firstPrefixTokens": 30000}}}))

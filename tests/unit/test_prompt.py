@@ -379,3 +379,16 @@ def test_any_anchor_gives_a_window_within_the_budget(offset, anchor):
     assert prompt.prefix_tokens <= SHORT_FIRST.prefix_tokens + 1
     if prompt.window_line is not None:
         assert prompt.prefix_start == line_offset(prompt.window_line)
+
+
+def test_a_jump_far_down_starts_a_short_window_rather_than_refill_the_gap():
+    start_line = line_index(SOURCE, cursor_in_middle_of_source())
+    first = prompt_at(line_offset(start_line), None)
+    # 40 lines down the window from the old start would still fit 1,024 tokens, but the
+    # tokens between would all be new: more than a fresh short window costs.
+    far = build_fim_prompt(SOURCE[:line_offset(start_line + 40)], SOURCE[line_offset(start_line + 40):],
+                           bpe_like, FIM, SHORT_FIRST, "psm-line", first.window_line, first.prefix_tokens)
+    assert far.window_line > first.window_line and far.prefix_tokens <= 257
+    typed = build_fim_prompt(SOURCE[:line_offset(start_line + 2)], SOURCE[line_offset(start_line + 2):],
+                             bpe_like, FIM, SHORT_FIRST, "psm-line", first.window_line, first.prefix_tokens)
+    assert typed.window_line == first.window_line  # two lines more: the same start
