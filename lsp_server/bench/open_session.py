@@ -128,7 +128,8 @@ async def run_file(client: SpecfillClient, spots: FileSpots, before: FileSpots |
                    pause: float, timeout_s: float) -> list[dict[str, Any]]:
     for path in spots.first.neighbours:  # tabs open since before: the server has settled
         client.open(Path(path).as_uri(), "python", Path(path).read_text(encoding="utf-8"))
-    await client.wait_idle(30.0)
+    await asyncio.sleep(0.5)  # the didOpens taken up (their warms submitted), then done
+    await client.wait_idle(60.0)
     uri = Path(spots.first.path).as_uri()
     client.open(uri, "python", spots.first.document)
     rows = [await rest_then_ask(client, uri, spots.first, "open", pause, timeout_s)]
@@ -232,10 +233,10 @@ def run(args: argparse.Namespace) -> int:
     rows: list[dict[str, Any]] = []
     peak = [0]
     started = time.monotonic()
+    machine = machine_info()
     for i, pause in enumerate(pauses):  # each pause its own spots, files the server has not seen
         mine = spots[i::len(pauses)]
         rows += asyncio.run(run_pause(args, pause, mine, out_dir, peak))
-    summary = summarize(rows)
-    write_report(out_dir, summary, rows, args, peak[0], machine_info())
+        write_report(out_dir, summarize(rows), rows, args, peak[0], machine)  # so far, if cut short
     print(f"[open-session] {time.monotonic() - started:.0f} s")
     return 0
