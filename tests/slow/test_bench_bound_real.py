@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 
 from lsp_server.bench import bound, engine_bench
-
-
-def parse(module, argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)
-    args = parser.parse_args(argv)
-    args.command, args.bench_command = "bench", module.__name__.rsplit(".", 1)[-1].replace("_bench", "")
-    return args
+from tests.bench_args import parse
 
 
 def test_bound_of_a_small_engine_run(real_cache, tmp_path):

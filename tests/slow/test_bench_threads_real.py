@@ -5,7 +5,6 @@ thread, and the load reset the kernels' pool to every CPU, so `--threads 1` chan
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -13,14 +12,7 @@ import pytest
 from lsp_server.backends.local_runtime import native_kernels_run
 from lsp_server.bench import engine_bench, peers
 from lsp_server.kernels import native
-
-
-def parse(module, argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)
-    args = parser.parse_args(argv)
-    args.command, args.bench_command = "bench", module.__name__.rsplit(".", 1)[-1].replace("_bench", "")
-    return args
+from tests.bench_args import parse
 
 
 @pytest.mark.parametrize("module,argv", [
