@@ -51,7 +51,7 @@ class ContextWindow:
     # The prefix window of a document's first prompt in a region (a file just opened, a
     # jump): later prompts keep its start and grow it up to prefixTokens, so the first
     # suggestion waits for a short prefill and nothing computed for it is thrown away.
-    firstPrefixTokens: int = 384
+    firstPrefixTokens: int = 320
     # Every keystroke re-prefills the whole suffix window (in PSM order it follows the
     # cursor), so a short one keeps warm latency low; the nearest lines matter most.
     suffixTokens: int = 64
