@@ -248,6 +248,11 @@ class CompletionService:
         self._warms.add(task)
         task.add_done_callback(self._warms.discard)
 
+    def warming(self) -> bool:
+        """A warm not yet ended: its prompt may still be on its way to the backend, which
+        then does not count it busy yet (specfill/stats' `idle` waits for both)."""
+        return any(not task.done() for task in self._warms)
+
     def warm_opened(self, uri: str, encoding: str) -> None:
         """didOpen: no cursor yet. With the package head as other files' context, that head
         as the file opened next will start with it (the file just opened is among its

@@ -326,7 +326,7 @@ def engine_state(ls: SpecfillServer) -> dict:
         # waited for: a request that finds none down answers at once).
         "ready": (backend is not None and backend.load_error is None) if remote
         else bool(worker and worker.ready.is_set()),
-        "idle": bool(backend is None or backend.is_idle()),
+        "idle": bool(backend is None or backend.is_idle()) and not ls.completions.warming(),
         "load_error": (backend.load_error if remote else
                        worker.load_error if worker else None),
         "threads": worker.threads_in_use if worker else None,
