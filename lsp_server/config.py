@@ -52,6 +52,11 @@ class ContextWindow:
     # jump): later prompts keep its start and grow it up to prefixTokens, so the first
     # suggestion waits for a short prefill and nothing computed for it is thrown away.
     firstPrefixTokens: int = 320
+    # ... at most: the first window is what this machine prefills (both models, as timed at
+    # load and by later prefills) in firstWindowS seconds, suffix included, so a slower CPU
+    # gets a shorter first window rather than a later first suggestion. 0: always
+    # firstPrefixTokens. Remote backends pace their own prefill: firstPrefixTokens.
+    firstWindowS: float = 3.0
     # Every keystroke re-prefills the whole suffix window (in PSM order it follows the
     # cursor), so a short one keeps warm latency low; the nearest lines matter most.
     suffixTokens: int = 64
@@ -122,6 +127,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "speculation.kMax": (0, 32),
     "contextWindow.prefixTokens": (16, 32768),
     "contextWindow.firstPrefixTokens": (16, 32768),
+    "contextWindow.firstWindowS": (0.0, 600.0),
     "contextWindow.suffixTokens": (0, 32768),
     "contextWindow.extraTokens": (0, 32768),
     "maxNewTokens": (0, 4096),

@@ -60,6 +60,11 @@ class LocalBackend:
     def is_idle(self) -> bool:
         return self.worker.is_idle()
 
+    def warm_token_s(self) -> float | None:
+        runtime = self.worker.engine if self.worker.ready.is_set() else None
+        costs = getattr(getattr(runtime, "engine", None), "costs", None)  # none timed: a test's fake
+        return costs.warm_token if costs is not None and costs.warm_token > 0 else None
+
     def stats(self) -> list[dict]:
         # The engine's own numbers (drafted, accepted, ...) are in the totals of specfill/stats.
         return [{"name": "local", "kind": "local", "url": None,

@@ -186,7 +186,8 @@ def plausible(costs: Any) -> bool:
 def describe_costs(costs: Any) -> str:
     rows = ", ".join(f"{r}: {t * 1e3:.0f}" for r, t in enumerate(costs.target, 1) if r in (1, 2, 4, 5, 8, 13))
     return (f"target feed ms by rows {{{rows}}}, draft step {costs.draft * 1e3:.1f} ms, "
-            f"draft catch-up {costs.draft_prefill * 1e3:.2f} ms a token")
+            f"draft catch-up {costs.draft_prefill * 1e3:.2f} ms a token, "
+            f"target prefill {costs.prefill * 1e3:.2f} ms a token")
 
 
 def resolved_quants(m: Any) -> dict[str, str]:

@@ -96,6 +96,9 @@ class Router:
         warming = any(r.warming.busy() for r in self.remotes)
         return not self._pumps and not warming and local_idle
 
+    def warm_token_s(self) -> float | None:
+        return None  # the servers' prefill is theirs to pace (a first window of fixed size)
+
     def stats(self) -> list[dict]:
         lines = [r.meter.to_json(r.healthy, "on" if r.warming.enabled else
                                  f"off: {r.warming.off_reason}") for r in self.remotes]

@@ -75,6 +75,21 @@ class ContextBudget:
     first_prefix_tokens: int = 0
 
 
+# The shortest first window a prefill rate sizes (a few lines of code before the cursor),
+# and the step its size moves by, so a rate that drifts a little keeps the same size.
+MIN_FIRST_TOKENS = 64
+FIRST_TOKENS_STEP = 32
+
+
+def first_window_tokens(most: int, seconds: float, token_s: float | None, suffix_tokens: int) -> int:
+    """The first window's prefix tokens: what `seconds` of prefill at `token_s` a token holds
+    once the suffix window is in, at most `most` (`token_s` None or `seconds` 0: `most`)."""
+    if not seconds or not token_s:
+        return most
+    fits = int(seconds / token_s) - suffix_tokens
+    return min(most, max(MIN_FIRST_TOKENS, fits // FIRST_TOKENS_STEP * FIRST_TOKENS_STEP))
+
+
 @dataclass(frozen=True)
 class FimPrompt:
     ids: list[int]

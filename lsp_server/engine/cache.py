@@ -178,6 +178,9 @@ def make_slot(model: torch.nn.Module, lean: bool) -> KVSlot:
 # A warm may rewind a slot by this many tokens (a completion's own output and the few
 # prompt tokens after the cursor); cutting more would throw away a prompt worth keeping.
 PROTECTED_TOKENS = 256
+# A shared prefix shorter than this (the FIM token and a line or two) is not worth a slot's
+# cached prompt: another slot is taken instead.
+MIN_REUSED = 32
 
 
 # What a pool's slots may hold together, in positions (their allocated capacity): the
@@ -206,22 +209,30 @@ class SlotPool:
         self._last_used = [0] * len(self.slots)
 
     def acquire(self, ids: Sequence[int], protect: bool = False) -> KVSlot:
-        """`protect` (warms): never cut more than `PROTECTED_TOKENS` off the best slot's
-        cached prompt, which the next real request may still want; use another slot."""
+        """The slot sharing the longest prefix with `ids`, unless taking it would throw away
+        more of its cached prompt than it keeps for next to nothing (`_wasteful`): then the slot that shares
+        most among those it would not waste, else the least recently used other slot.
+        `protect` (warms): nor cut more than `PROTECTED_TOKENS` off a slot's prompt, which
+        the next real request may still want."""
         scores = [common_prefix_len(s.ids, ids) for s in self.slots]
-        best = max(range(len(self.slots)), key=lambda i: (scores[i], self._last_used[i]))
-        losing = len(self.slots[best].ids) - scores[best]
-        if protect and losing > PROTECTED_TOKENS and len(self.slots) > 1:
-            others = [i for i in range(len(self.slots)) if i != best]
-            best = max(others, key=lambda i: (scores[i], -self._last_used[i]))
-            if len(self.slots[best].ids) - scores[best] > PROTECTED_TOKENS:
-                best = min(others, key=lambda i: self._last_used[i])
-        elif scores[best] == 0:  # nothing shared: evict the least recently used slot
-            best = min(range(len(self.slots)), key=lambda i: self._last_used[i])
+        order = sorted(range(len(self.slots)), key=lambda i: (scores[i], self._last_used[i]), reverse=True)
+        best = order[0]
+        if self._wasteful(best, scores[best], protect) and len(self.slots) > 1:
+            kept = [i for i in order[1:] if not self._wasteful(i, scores[i], protect)]
+            best = kept[0] if kept else min(order[1:], key=lambda i: self._last_used[i])
         self._clock += 1
         self._last_used[best] = self._clock
         self._within_budget(keep=best, wanted=len(ids))
         return self.slots[best]
+
+    def _wasteful(self, i: int, shared: int, protect: bool) -> bool:
+        """Whether prefilling in slot `i` would cut more of its prompt than it reuses, and
+        reuse next to nothing. Why: every FIM prompt starts with the same token, so the best
+        slot always shares one; a warm of a file's whole window took the slot of the
+        cursor's short window that way, and the request 5 s later refilled it (`bench lsp
+        --session open`, 2026-12-07)."""
+        losing = len(self.slots[i].ids) - shared
+        return (shared < MIN_REUSED and losing > shared) or (protect and losing > PROTECTED_TOKENS)
 
     def _within_budget(self, keep: int, wanted: int) -> None:
         """Empty the least recently used slots but `keep` until the pool, with `keep`

@@ -35,15 +35,22 @@ PREFILL_ROWS = 32
 class RowCosts:
     """Seconds: target[r - 1] is a target feed of r rows after a short prompt; draft is one
     draft step (a one-row draft feed and its head); draft_prefill is a token of a draft
-    catch-up (a feed of PREFILL_ROWS rows, per row)."""
+    catch-up and prefill a token of the target's prefill (feeds of PREFILL_ROWS rows, per
+    row)."""
 
     target: tuple[float, ...]
     draft: float
     draft_prefill: float = 0.0
+    prefill: float = 0.0
 
     @property
     def max_k(self) -> int:
         return len(self.target) - 1
+
+    @property
+    def warm_token(self) -> float:
+        """A prompt token of a warm, which prefills both models (0.0: not timed)."""
+        return self.prefill + self.draft_prefill if self.prefill else 0.0
 
     def round_s(self, k: int) -> float:
         return k * self.draft + self.target[k]
@@ -132,6 +139,7 @@ class LiveCosts:
         self._ratios: deque = deque(maxlen=LIVE_KEPT * 2)
         self._draft: deque = deque(maxlen=LIVE_KEPT)
         self._prefill: deque = deque(maxlen=LIVE_KEPT)
+        self._target_prefill: deque = deque(maxlen=LIVE_KEPT)
 
     def observe_feed(self, rows: int, seconds: float) -> None:
         """A target feed of `rows` rows (a verify, a plain step) took `seconds`."""
@@ -154,6 +162,13 @@ class LiveCosts:
             self._prefill.append(seconds / tokens)
             self._update()
 
+    def observe_prefill(self, tokens: int, seconds: float) -> None:
+        """The target prefilled `tokens` of a prompt in `seconds` (shorter feeds overstate a
+        token's cost, as for the catch-up)."""
+        if tokens >= PREFILL_ROWS:
+            self._target_prefill.append(seconds / tokens)
+            self._update()
+
     def _update(self) -> None:
         m = self.measured
         scale = statistics.median(self._ratios) if len(self._ratios) >= LIVE_MIN else 1.0
@@ -161,8 +176,10 @@ class LiveCosts:
             statistics.median(self._feeds[r]) if len(self._feeds.get(r, ())) >= LIVE_MIN else t * scale
             for r, t in enumerate(m.target, 1))
         draft = statistics.median(self._draft) if len(self._draft) >= LIVE_MIN else m.draft * scale
-        prefill = statistics.median(self._prefill) if self._prefill else m.draft_prefill * scale
-        self.current = replace(m, target=target, draft=draft, draft_prefill=prefill)
+        catch_up = statistics.median(self._prefill) if self._prefill else m.draft_prefill * scale
+        prefill = (statistics.median(self._target_prefill) if self._target_prefill
+                   else m.prefill * scale)
+        self.current = replace(m, target=target, draft=draft, draft_prefill=catch_up, prefill=prefill)
 
 
 def _timed(fn, repeats: int) -> float:
@@ -203,4 +220,11 @@ def measure(target_slot, draft_slot, prompt: Sequence[int], max_rows: int, repea
         draft_slot.feed(block, all_logits=False)
         draft_slot.rewind(len(prompt))
     catch_up()
-    return RowCosts(tuple(target), draft, _timed(catch_up, repeats) / PREFILL_ROWS)
+    draft_prefill = _timed(catch_up, repeats) / PREFILL_ROWS
+    target_block = prompt[-1:] * PREFILL_ROWS
+
+    def prefill() -> None:
+        target_slot.feed(target_block, all_logits=False)
+        target_slot.rewind(len(prompt))
+    prefill()
+    return RowCosts(tuple(target), draft, draft_prefill, _timed(prefill, repeats) / PREFILL_ROWS)

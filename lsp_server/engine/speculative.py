@@ -273,6 +273,8 @@ class SpeculativeEngine:
             fed = 1
         run.stats.prefilled_tokens = fed
         run.stats.prefill_s = time.perf_counter() - t
+        if self.live is not None:
+            self.live.observe_prefill(fed, run.stats.prefill_s)
         # The draft catches up lazily in its first round; only bind its slot here.
         if self._model_drafter(run.request.policy) is not None:
             self.drafter.begin(run.ids, protect=run.request.max_new_tokens <= 0)

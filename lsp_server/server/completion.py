@@ -21,7 +21,7 @@ from lsp_server.backends.base import Backend, BackendRequest, PromptCodec
 from lsp_server.config import Config
 from lsp_server.context.cross_file import CrossFileContext, package_head_ids, uri_path
 from lsp_server.context.postprocess import final_text, stream_text
-from lsp_server.context.prompt import ContextBudget, build_fim_prompt
+from lsp_server.context.prompt import ContextBudget, build_fim_prompt, first_window_tokens
 from lsp_server.context.snippets import SourceFile
 from lsp_server.context.workspace_files import WorkspaceFiles
 from lsp_server.engine.stopping import stop_strings
@@ -181,9 +181,10 @@ class CompletionService:
         self.stats = stats
         self.inflight: dict[str, Generation] = {}
         self.cross_file = CrossFileContext()
-        # Per document, the line its last prompt's window started at and the tokens that
-        # window held (context/prompt.py).
-        self.windows: dict[str, tuple[int, int]] = {}
+        # Per document, the line its last prompt's window started at, the tokens that window
+        # held (context/prompt.py) and the first window's size it was started with (kept
+        # while the window is: a size from a drifting prefill rate would move its start).
+        self.windows: dict[str, tuple[int, int, int]] = {}
         self.roots: list[str] = []  # workspace folders (POSIX paths), set by the server
         self.workspace_files = WorkspaceFiles(parse_function)
         self._warms: set[asyncio.Task] = set()
@@ -208,17 +209,24 @@ class CompletionService:
                 config.contextWindow.extraSources)
             return plan.ids
 
-        if grow:
-            whole = replace(config.contextWindow, firstPrefixTokens=config.contextWindow.prefixTokens)
-            config = replace(config, contextWindow=whole)
-        prepared = prepare(doc, cursor, encoding, config, codec, head, self.windows.get(doc.uri))
+        window = config.contextWindow
+        kept = self.windows.get(doc.uri)
+        first = kept[2] if kept is not None else first_window_tokens(
+            window.firstPrefixTokens, window.firstWindowS, self._warm_token_s(), window.suffixTokens)
+        sized = replace(window, firstPrefixTokens=window.prefixTokens if grow else first)
+        prepared = prepare(doc, cursor, encoding, replace(config, contextWindow=sized), codec, head,
+                           kept[:2] if kept is not None else None)
         if grow:
             return prepared
         if prepared.window_line is None:
             self.windows.pop(doc.uri, None)
         else:
-            self.windows[doc.uri] = (prepared.window_line, prepared.window_tokens)
+            self.windows[doc.uri] = (prepared.window_line, prepared.window_tokens, first)
         return prepared
+
+    def _warm_token_s(self) -> float | None:
+        backend = self.backend_ref()
+        return backend.warm_token_s() if backend is not None else None
 
     def forget(self, uri: str) -> None:
         """A closed document: what its prompts were laid out by is dropped with it."""
@@ -320,7 +328,8 @@ class CompletionService:
         if not grow:  # the cursor's short window is in; while the user rests, the whole one
             self.warm(cursor, encoding, grow=True)
         elif self.documents.get(cursor.uri) is doc and doc.version == cursor.version:
-            self.windows[doc.uri] = (prepared.window_line, prepared.window_tokens)  # now whole
+            first = self.windows.get(doc.uri, (0, 0, config.contextWindow.firstPrefixTokens))[2]
+            self.windows[doc.uri] = (prepared.window_line, prepared.window_tokens, first)  # now whole
 
     def _remote_warm_done(self, outcome: Any) -> None:
         """`outcome`: a backends.warming.WarmOutcome, counted with the local warms."""

@@ -82,7 +82,9 @@ async def test_did_open_warms_the_document_and_warm_moves_to_the_cursor(client: 
     assert s["warms"]["last"]["prefilled_tokens"] > 50
     warm(client, URI, 5, 18)
     s = await wait_warms(client, before + 2)
-    assert s["warms"]["last"]["prefilled_tokens"] < s["warms"]["last"]["prompt_tokens"]
+    # The cursor's prompt, loaded beside the end of the file's (they share only their first
+    # FIM tokens here: cutting that prompt would save next to nothing).
+    assert 0 < s["warms"]["last"]["prefilled_tokens"] <= s["warms"]["last"]["prompt_tokens"], s["warms"]
     result = await client.text_document_inline_completion_async(inline_params(5, 18, URI))
     assert result.items
     last = (await stats(client))["last"]

@@ -201,3 +201,15 @@ def test_prompt_lookups_guesses_do_not_price_the_draft_models_rounds() -> None:
     snapshot = memory.snapshot()["test"]
     assert (snapshot["drafted"], snapshot["accepted"]) == (200, 80)  # both metered
     assert snapshot["model_position_acceptance"] == 1.0 and snapshot["model_positions"] == 80
+
+
+def test_a_warm_token_is_both_models_prefill_and_follows_the_live_prefills() -> None:
+    from lsp_server.engine.costs import PREFILL_ROWS, LiveCosts, RowCosts
+
+    assert RowCosts(target=(0.03,), draft=0.01, draft_prefill=0.002).warm_token == 0.0  # not timed
+    live = LiveCosts(RowCosts(target=(0.03,), draft=0.01, draft_prefill=0.002, prefill=0.006))
+    assert live.current.warm_token == pytest.approx(0.008)
+    live.observe_prefill(PREFILL_ROWS - 1, 1.0)  # a short feed: not counted
+    assert live.current.prefill == 0.006
+    live.observe_prefill(320, 3.2)
+    assert live.current.warm_token == pytest.approx(0.012)

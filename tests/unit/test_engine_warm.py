@@ -70,7 +70,26 @@ def test_a_warm_takes_another_slot_rather_than_cut_a_cached_prompt():
     other = tuple(list(PROMPT[:4]) + [1] * 20)  # shares 4 tokens: would cut ~470
     assert len(kept.ids) - 4 > PROTECTED_TOKENS
     assert pool.acquire(other, protect=True) is not kept
-    assert pool.acquire(other) is kept  # a real request takes the best slot as before
+    assert pool.acquire(other) is not kept  # a real request too: it would reuse 4 of ~470 tokens
+    longer = tuple(list(PROMPT) * 4 + [1] * 8)  # grows the cached prompt at its end
+    assert pool.acquire(longer) is kept and pool.acquire(longer, protect=True) is kept
+
+
+def test_a_prompt_sharing_only_its_first_token_leaves_a_short_cached_prompt_alone():
+    # FIM prompts all start with <|fim_prefix|>: a file's whole window and the cursor's short
+    # one share that token, and the short one must still be there for the request.
+    pool = SlotPool(tiny_model(3), size=3)
+    short = pool.acquire(PROMPT)
+    short.extend(PROMPT)
+    whole = tuple([PROMPT[0]] + [1] * 300)
+    for protect in (True, False):
+        taken = pool.acquire(whole, protect=protect)
+        assert taken is not short
+        taken.extend(whole)
+        assert tuple(short.ids) == tuple(PROMPT)
+        taken.reset()
+    typed = tuple(list(PROMPT[:-2]) + [2, 3, 4])  # the same prompt, its last tokens typed over
+    assert pool.acquire(typed) is short
 
 
 def test_the_pool_keeps_several_prompts_within_its_budget_and_empties_the_oldest_first():

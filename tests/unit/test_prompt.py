@@ -12,10 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lsp_server.context.prompt import (
+    MIN_FIRST_TOKENS,
     QWEN_FIM,
     ContextBudget,
     FimTokens,
     build_fim_prompt,
+    first_window_tokens,
 )
 from lsp_server.engine.types import common_prefix_len  # what the KV cache reuses
 
@@ -392,3 +394,14 @@ def test_a_jump_far_down_starts_a_short_window_rather_than_refill_the_gap():
     typed = build_fim_prompt(SOURCE[:line_offset(start_line + 2)], SOURCE[line_offset(start_line + 2):],
                              bpe_like, FIM, SHORT_FIRST, "psm-line", first.window_line, first.prefix_tokens)
     assert typed.window_line == first.window_line  # two lines more: the same start
+
+
+def test_the_first_window_is_what_the_prefill_rate_fills_in_the_time_given():
+    # 2.5 s at 10 ms a token: 250 tokens, less a 64-token suffix, down to a step of 32.
+    assert first_window_tokens(320, 2.5, 0.010, 64) == 160
+    assert first_window_tokens(320, 2.5, 0.005, 64) == 320  # faster: the setting caps it
+    assert first_window_tokens(320, 2.5, 0.100, 64) == MIN_FIRST_TOKENS  # never below a few lines
+    assert first_window_tokens(320, 0.0, 0.010, 64) == 320  # off
+    assert first_window_tokens(320, 2.5, None, 64) == 320  # no timing (a remote server)
+    # A rate that drifts a little keeps the size, so a warmed window keeps its start.
+    assert first_window_tokens(320, 2.5, 0.0101, 64) == first_window_tokens(320, 2.5, 0.0099, 64)

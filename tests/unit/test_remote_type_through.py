@@ -57,6 +57,9 @@ class ScriptedServer:
     def is_idle(self) -> bool:
         return True
 
+    def warm_token_s(self) -> None:
+        return None
+
 
 def service(temperature: float = 0.0, reason: str = "max-tokens"):
     config, problems = config_from_options({"temperature": temperature, "warm": False})

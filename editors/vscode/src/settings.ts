@@ -30,6 +30,7 @@ const SERVER_OPTIONS = [
   'temperature',
   'contextWindow.prefixTokens',
   'contextWindow.firstPrefixTokens',
+  'contextWindow.firstWindowS',
   'contextWindow.suffixTokens',
   'model.threads',
   'model.quant',
