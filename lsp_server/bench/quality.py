@@ -68,6 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefix-tokens", type=int, default=1024)
     p.add_argument("--first-prefix-tokens", type=int, default=None,
                    help="contextWindow.firstPrefixTokens (default: the server's)")
+    p.add_argument("--first-window-s", type=float, default=None,
+                   help="contextWindow.firstWindowS (default: the server's; 0: firstPrefixTokens always)")
     p.add_argument("--suffix-tokens", type=int, default=64)
     p.add_argument("--target", default=None)
     p.add_argument("--draft", default=None)
@@ -95,6 +97,8 @@ def server_options(args: argparse.Namespace, cross_file: bool = True,
     window["workspaceFiles"] = workspace_files
     if args.first_prefix_tokens is not None:
         window["firstPrefixTokens"] = args.first_prefix_tokens
+    if args.first_window_s is not None:
+        window["firstWindowS"] = args.first_window_s
     if args.extra_sources is not None:
         window["extraSources"] = args.extra_sources
     if remote_url:
