@@ -208,30 +208,33 @@ class SlotPool:
         self._clock = 0
         self._last_used = [0] * len(self.slots)
 
-    def acquire(self, ids: Sequence[int], protect: bool = False) -> KVSlot:
+    def acquire(self, ids: Sequence[int], protect: bool = False, keep: bool = False) -> KVSlot:
         """The slot sharing the longest prefix with `ids`, unless taking it would throw away
         more of its cached prompt than it keeps for next to nothing (`_wasteful`): then the slot that shares
         most among those it would not waste, else the least recently used other slot.
         `protect` (warms): nor cut more than `PROTECTED_TOKENS` off a slot's prompt, which
-        the next real request may still want."""
+        the next real request may still want; `keep`: nor cut any (a warm of the whole
+        window, while the short one it would cut still serves the requests)."""
         scores = [common_prefix_len(s.ids, ids) for s in self.slots]
         order = sorted(range(len(self.slots)), key=lambda i: (scores[i], self._last_used[i]), reverse=True)
         best = order[0]
-        if self._wasteful(best, scores[best], protect) and len(self.slots) > 1:
-            kept = [i for i in order[1:] if not self._wasteful(i, scores[i], protect)]
+        if self._wasteful(best, scores[best], protect, keep) and len(self.slots) > 1:
+            kept = [i for i in order[1:] if not self._wasteful(i, scores[i], protect, keep)]
             best = kept[0] if kept else min(order[1:], key=lambda i: self._last_used[i])
         self._clock += 1
         self._last_used[best] = self._clock
         self._within_budget(keep=best, wanted=len(ids))
         return self.slots[best]
 
-    def _wasteful(self, i: int, shared: int, protect: bool) -> bool:
+    def _wasteful(self, i: int, shared: int, protect: bool, keep: bool = False) -> bool:
         """Whether prefilling in slot `i` would cut more of its prompt than it reuses, and
         reuse next to nothing. Why: every FIM prompt starts with the same token, so the best
         slot always shares one; a warm of a file's whole window took the slot of the
         cursor's short window that way, and the request 5 s later refilled it (`bench lsp
         --session open`, 2026-12-07)."""
         losing = len(self.slots[i].ids) - shared
+        if keep:
+            return losing > 0
         return (shared < MIN_REUSED and losing > shared) or (protect and losing > PROTECTED_TOKENS)
 
     def _within_budget(self, keep: int, wanted: int) -> None:

@@ -46,8 +46,8 @@ class ModelDrafter:
             for slot in self.pool.slots:
                 slot.head = self.head
 
-    def begin(self, ids: Sequence[int], protect: bool = False) -> None:
-        self.slot = self.pool.acquire(ids, protect)
+    def begin(self, ids: Sequence[int], protect: bool = False, keep: bool = False) -> None:
+        self.slot = self.pool.acquire(ids, protect, keep)
         self._seen = len(ids)
         if self.head is not None:
             self.head.focus(ids)

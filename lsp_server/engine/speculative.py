@@ -156,7 +156,7 @@ class SpeculativeEngine:
                 yield self._finish(run)
                 self._see(run)
                 return
-            slot = self.pool.acquire(run.ids, protect=request.max_new_tokens <= 0)
+            slot = self.pool.acquire(run.ids, protect=request.max_new_tokens <= 0, keep=request.keep_cached)
             with abort_scope(should_abort):
                 logits = self._prefill(run, slot, should_abort)
                 if request.max_new_tokens <= 0:  # a warm: load the prompt, generate nothing
@@ -277,7 +277,8 @@ class SpeculativeEngine:
             self.live.observe_prefill(fed, run.stats.prefill_s)
         # The draft catches up lazily in its first round; only bind its slot here.
         if self._model_drafter(run.request.policy) is not None:
-            self.drafter.begin(run.ids, protect=run.request.max_new_tokens <= 0)
+            self.drafter.begin(run.ids, protect=run.request.max_new_tokens <= 0,
+                               keep=run.request.keep_cached)
         return logits
 
     @torch.inference_mode()

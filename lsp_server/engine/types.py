@@ -52,6 +52,9 @@ class CompletionRequest:
     # A precompute nobody waits for yet (the next suggestion after an accept): metered
     # apart, and the answers it settles are counted as precomputed hits.
     background: bool = False
+    # A warm that cuts no cached prompt: the whole window filled in behind a cursor's short
+    # one, which the requests take until it is done (cache.SlotPool.acquire).
+    keep_cached: bool = False
 
     @property
     def max_new_tokens(self) -> int:

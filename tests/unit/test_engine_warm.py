@@ -104,3 +104,14 @@ def test_the_pool_keeps_several_prompts_within_its_budget_and_empties_the_oldest
     cached = {tuple(slot.ids) for slot in pool.slots}
     assert prompts[1] not in cached and {prompts[0], prompts[2], prompts[3]} <= cached
     assert pool.held() <= 3 * len(PROMPT)
+
+
+def test_a_warm_that_keeps_the_cached_prompts_cuts_none_of_them():
+    # With other files' head in front, the whole window shares that head with the cursor's
+    # short one: a plain warm may cut the short window's tail, one that keeps may not.
+    pool = SlotPool(tiny_model(3), size=2)
+    short = pool.acquire(PROMPT)
+    short.extend(PROMPT)
+    whole = tuple(list(PROMPT[:100]) + [1] * 200)  # the same head, 20 tokens of it differ
+    assert pool.acquire(whole, protect=True) is short
+    assert pool.acquire(whole, protect=True, keep=True) is not short
