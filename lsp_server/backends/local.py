@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any, AsyncIterator, Callable
 
-from lsp_server.backends.base import BackendRequest, PromptCodec
+from lsp_server.backends.base import BackendRequest, BackendStatus, PromptCodec, WarmEnd
 from lsp_server.engine.types import EngineEvent, Finished
 from lsp_server.engine.worker import EngineWorker
 
 
 class LocalBackend:
+    keeps_lineages = True  # the engine's lineages (engine/lineage.py), its KV slots by token prefix
+
     def __init__(self, worker: EngineWorker):
         self.worker = worker
         self.requests = 0
@@ -64,6 +67,32 @@ class LocalBackend:
         runtime = self.worker.engine if self.worker.ready.is_set() else None
         costs = getattr(getattr(runtime, "engine", None), "costs", None)  # none timed: a test's fake
         return costs.warm_token if costs is not None and costs.warm_token > 0 else None
+
+    def warm(self, request: BackendRequest, on_done: Callable[[WarmEnd], None] | None = None) -> bool:
+        """A worker warm job: the prompt prefilled, nothing generated. `on_done` runs as the
+        job settles, before the worker counts idle (specfill/stats' `idle` waits for it)."""
+        policy = replace(request.request.policy, max_new_tokens=0)
+        self.worker.submit(replace(request.request, id=request.id + "-warm", policy=policy),
+                           on_done, warm=True)
+        return True
+
+    def precompute(self, request: BackendRequest,
+                   on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:
+        """A worker warm job that generates: its tokens land in the engine's lineages."""
+        job = replace(request.request, id=request.id + "-next", background=True)
+        return self.worker.submit(job, on_final, warm=True)
+
+    def preempt_background(self) -> None:
+        self.worker.preempt_warms()
+
+    def status(self) -> BackendStatus:
+        worker = self.worker
+        engine = getattr(worker.engine, "engine", None)  # the runtime's SpeculativeEngine, once loaded
+        return BackendStatus(
+            worker.ready.is_set(), worker.load_error, worker.threads_in_use,
+            list(worker.abort_latencies_s), list(worker.preempt_latencies_s),
+            engine.memory.snapshot() if engine is not None else {},
+            engine.history.snapshot() if engine is not None else {})
 
     def stats(self) -> list[dict]:
         # The engine's own numbers (drafted, accepted, ...) are in the totals of specfill/stats.

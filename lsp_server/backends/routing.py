@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from dataclasses import replace
 from typing import AsyncIterator, Callable
 
-from lsp_server.backends.base import Backend, BackendRequest, PromptCodec
+from lsp_server.backends.base import Backend, BackendRequest, BackendStatus, PromptCodec
 from lsp_server.backends.prompt_text import TextCodec
 from lsp_server.backends.remote import RemoteBackend
 from lsp_server.backends.warming import REFUSALS, WARM_STEP_TOKENS, WarmOutcome, add_step, steps_to_send
@@ -46,6 +47,8 @@ def affinity_order(affinity: str, backends: list[RemoteBackend]) -> list[RemoteB
 
 
 class Router:
+    keeps_lineages = False  # servers tokenize text: the service types through their streams
+
     def __init__(self, remotes: list[RemoteBackend], tell_user: Callable[[str], None],
                  fallback: Backend | None = None, problem: str | None = None):
         self.remotes = remotes
@@ -98,6 +101,24 @@ class Router:
 
     def warm_token_s(self) -> float | None:
         return None  # the servers' prefill is theirs to pace (a first window of fixed size)
+
+    def preempt_background(self) -> None:
+        """Nothing to stop here: a warm step is not sent while a real request runs on its
+        server, and a request cancels the warm under way there as it starts."""
+
+    async def precompute(self, request: BackendRequest,
+                         on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:
+        """No lineages to keep a precompute in: nothing runs."""
+        return
+        yield  # an async generator that ends at once
+
+    def status(self) -> BackendStatus:
+        """Ready once the settings are usable (servers are not waited for: a request that
+        finds none up answers at once); the local fallback's engine figures beside it."""
+        local = self.fallback.status() if self.fallback is not None else None
+        ready = self.load_error is None
+        return replace(local, ready=ready, load_error=self.load_error) if local is not None \
+            else BackendStatus(ready, self.load_error)
 
     def stats(self) -> list[dict]:
         lines = [r.meter.to_json(r.healthy, "on" if r.warming.enabled else

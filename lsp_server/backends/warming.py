@@ -20,6 +20,7 @@ from typing import Any
 
 from lsp_server.backends.prompt_text import PIECE
 from lsp_server.backends.wire import RemoteError, Usage
+from lsp_server.engine.types import Stats
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,11 @@ class WarmOutcome:
     evaluated_tokens: int = 0  # prefilled by the server over all steps
     cached_tokens: int = 0  # taken from its cache on the first step
     generated_tokens: int = 0  # llama-server samples one token from the prompt's last logits
+
+    @property
+    def stats(self) -> Stats:
+        """As a local warm counts: the prompt's tokens and those computed for it."""
+        return Stats(prompt_tokens=self.prompt_tokens, prefilled_tokens=self.evaluated_tokens)
 
 
 class WarmState:
