@@ -22,7 +22,7 @@ class BackendRequest:
     # rejects the repository-level prompt is sent instead.
     plain_text: str = ""
     # Whitespace cut from the end of `prompt_text` that the server's output must start with;
-    # the output is shown without it (backends.remote, completion.prepare).
+    # the output is shown without it (backends.remote, completion.prompts.prepare).
     heal: str = ""
     # The same completion prepared for another backend's codec (the local fallback wants
     # token ids where a remote took text).

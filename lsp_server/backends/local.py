@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any, AsyncIterator, Callable
@@ -9,6 +11,8 @@ from typing import Any, AsyncIterator, Callable
 from lsp_server.backends.base import BackendRequest, BackendStatus, PromptCodec, WarmEnd
 from lsp_server.engine.types import EngineEvent, Finished
 from lsp_server.engine.worker import EngineWorker
+
+log = logging.getLogger(__name__)
 
 
 class LocalBackend:
@@ -19,6 +23,7 @@ class LocalBackend:
         self.requests = 0
         self.completed = 0
         self._encoder: tuple[Any, Callable[[str], list[int]]] | None = None  # (runtime, encode)
+        self._warms: set[asyncio.Task] = set()
 
     @property
     def load_error(self) -> str | None:
@@ -61,7 +66,7 @@ class LocalBackend:
         self.worker.abort(request_id)
 
     def is_idle(self) -> bool:
-        return self.worker.is_idle()
+        return self.worker.is_idle() and not any(not task.done() for task in self._warms)
 
     def warm_token_s(self) -> float | None:
         runtime = self.worker.engine if self.worker.ready.is_set() else None
@@ -69,12 +74,24 @@ class LocalBackend:
         return costs.warm_token if costs is not None and costs.warm_token > 0 else None
 
     def warm(self, request: BackendRequest, on_done: Callable[[WarmEnd], None] | None = None) -> bool:
-        """A worker warm job: the prompt prefilled, nothing generated. `on_done` runs as the
-        job settles, before the worker counts idle (specfill/stats' `idle` waits for it)."""
+        """A worker warm job: the prompt prefilled, nothing generated."""
         policy = replace(request.request.policy, max_new_tokens=0)
-        self.worker.submit(replace(request.request, id=request.id + "-warm", policy=policy),
-                           on_done, warm=True)
+        stream = self.worker.submit(replace(request.request, id=request.id + "-warm", policy=policy),
+                                    warm=True)
+        task = asyncio.get_running_loop().create_task(self._warm_to_end(stream, on_done))
+        self._warms.add(task)  # busy until `on_done` ran (specfill/stats' `idle` waits for it)
+        task.add_done_callback(self._warms.discard)
         return True
+
+    @staticmethod
+    async def _warm_to_end(stream: AsyncIterator[EngineEvent],
+                           on_done: Callable[[WarmEnd], None] | None) -> None:
+        try:
+            async for event in stream:
+                if isinstance(event, Finished) and on_done is not None:
+                    on_done(event)
+        except Exception:  # a warm is a hint: never an error the user sees
+            log.exception("warm failed")
 
     def precompute(self, request: BackendRequest,
                    on_final: Callable[[Finished], None] | None = None) -> AsyncIterator[EngineEvent]:

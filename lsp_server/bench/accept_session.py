@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
+from lsp_server.client import SpecfillClient, utf16_len
 from lsp_server.engine.types import percentile
-from lsp_server.server.client import SpecfillClient, utf16_len
 
 # From issue 25; reported, never asserted.
 TARGETS = {"type_through_first_text_p50_ms": 10.0, "accept_first_text_p50_ms": 30.0,

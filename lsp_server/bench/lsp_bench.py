@@ -31,9 +31,9 @@ from typing import Any, Sequence
 
 from lsp_server.bench import open_session
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
+from lsp_server.client import RequestCancelled, SpecfillClient, completion_text, utf16_len
 from lsp_server.context.prompt import FIM_MODES
 from lsp_server.engine.types import percentile
-from lsp_server.server.client import RequestCancelled, SpecfillClient, completion_text, utf16_len
 
 # glob.py of the running Python: 8.7 KB, about 2,000 tokens for the Qwen2.5 tokenizer.
 DEFAULT_STDLIB_FILE = "glob.py"

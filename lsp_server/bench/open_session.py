@@ -30,8 +30,8 @@ from typing import Any, Sequence
 
 from lsp_server.bench.quality_spots import QualitySpot, block_spot, cut_spots, line_spot, score
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
+from lsp_server.client import SpecfillClient, utf16_len
 from lsp_server.engine.types import percentile
-from lsp_server.server.client import SpecfillClient, utf16_len
 
 STEPS = ("open", "jump", "back")
 JUMP_PAUSE_S = 2.0

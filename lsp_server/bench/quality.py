@@ -35,8 +35,8 @@ from typing import Any, Sequence
 
 from lsp_server.bench.quality_spots import PACKAGES, QualitySpot, cut_spots, judged_text, score
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
+from lsp_server.client import SpecfillClient, utf16_len
 from lsp_server.engine.types import percentile
-from lsp_server.server.client import SpecfillClient, utf16_len
 
 CONDITIONS = ("anchor", "specfill", "specfill+neighbours", "specfill+workspace", "remote",
               "remote+neighbours")

@@ -46,12 +46,12 @@ from lsp_server.backends.remote import RemoteBackend, RemoteSettings
 from lsp_server.backends.routing import Router, session_key
 from lsp_server.backends.warming import WARM_STEP_TOKENS, warm_cuts
 from lsp_server.bench.report import markdown_table, plain_args, write_json
+from lsp_server.client import RequestCancelled, SpecfillClient
+from lsp_server.completion.documents import DocumentStore
+from lsp_server.completion.prompts import Cursor, prepare
 from lsp_server.config import config_from_options
 from lsp_server.engine.types import percentile
 from lsp_server.models.registry import resolve_cache_dir
-from lsp_server.server.client import RequestCancelled, SpecfillClient
-from lsp_server.server.completion import Cursor, prepare
-from lsp_server.server.documents import DocumentStore
 
 TARGETS = {"first_text_overhead_p50_s": 0.030, "cancel_idle_p95_s": 0.250,
            "warm_wait_over_step_p50": 1.0}

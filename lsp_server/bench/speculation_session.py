@@ -28,7 +28,7 @@ from lsp_server.bench.accept_session import wait_warmed, _warms_done
 from lsp_server.bench.quality_spots import PACKAGES, QualitySpot, candidate_files, cut_spots
 from lsp_server.bench.report import machine_info, plain_args, write_json
 from lsp_server.bench.speculation_report import report_text, summarize
-from lsp_server.server.client import SpecfillClient, utf16_len
+from lsp_server.client import SpecfillClient, utf16_len
 
 MODES = ("off", "adaptive")
 

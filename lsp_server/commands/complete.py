@@ -8,9 +8,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from lsp_server.completion.documents import DocumentStore
+from lsp_server.completion.prompts import Cursor, prepare
+from lsp_server.completion.streams import clean
 from lsp_server.config import Config, ModelConfig, SpeculationConfig
-from lsp_server.server.completion import Cursor, clean, prepare
-from lsp_server.server.documents import DocumentStore
 
 _EXTENSIONS = {".py": "python", ".js": "javascript", ".jsx": "javascriptreact", ".ts": "typescript",
                ".tsx": "typescriptreact", ".go": "go", ".rs": "rust", ".java": "java", ".c": "c",

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lsp_server.server.client import Message, SpecfillClient, StreamEvent, utf16_len
+from lsp_server.client import Message, SpecfillClient, StreamEvent, utf16_len
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inventory.py"
 LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".go": "go",

@@ -56,12 +56,12 @@ BLOCK_TOKENS = 16  # answers of fewer tokens are lines, as in `specfill bench sp
 
 def doctor_requests(runtime) -> list:
     """The requests the server would send at each spot: its prompt window and its syntax
-    policy (server/completion.prepare)."""
+    policy (completion/prompts.prepare)."""
     from lsp_server.backends.base import PromptCodec
     from lsp_server.bench.quality_spots import cut_spots
     from lsp_server.config import Config
-    from lsp_server.server.completion import Cursor, prepare
-    from lsp_server.server.documents import DocumentStore
+    from lsp_server.completion.prompts import Cursor, prepare
+    from lsp_server.completion.documents import DocumentStore
 
     spots = list(_PROMPTS) + [(s.prefix, s.suffix) for s in cut_spots(REAL_SPOTS, seed=1, neighbours=0)]
     docs, codec, out = DocumentStore(), PromptCodec(runtime.encode, runtime.fim), []

@@ -1,8 +1,8 @@
-"""The language server: the only room that knows pygls and lsprotocol.
+"""The language server: the pygls LanguageServer and its JSON-RPC layer, the only modules
+here, and with the scripted client (lsp_server/client.py) the only ones that know pygls and
+lsprotocol.
 
-`server` holds the pygls LanguageServer and its thin handlers, `rpc_protocol` the JSON-RPC
-layer under them, `completion` one completion from cursor to cleaned stream, `documents`
-the text and tree per URI, `protocol` specfill's own methods and payloads, `stats` the
-totals behind `specfill/stats`, `client` a scripted client for the demo and benchmarks.
-Importing this package imports none of them: `completion` and `documents` load no pygls.
+`server` holds the LanguageServer and its thin handlers, `rpc_protocol` the JSON-RPC layer
+under them, `stdio` the transport. What a handler calls is a floor down, in
+`lsp_server.completion`. Importing this package imports none of them.
 """

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+from collections import deque
 from typing import Any, Callable
 
 from lsprotocol import types as lsp
@@ -13,19 +15,18 @@ from pygls.exceptions import FeatureRequestError, JsonRpcException
 from pygls.lsp.server import LanguageServer
 
 from lsp_server import __version__
-from lsp_server.backends.base import Backend
+from lsp_server.backends.base import Backend, BackendStatus
+from lsp_server.completion.documents import DocumentStore
+from lsp_server.completion.prompts import Cursor
+from lsp_server.completion.protocol import (CONFIG_SECTION, DOCUMENT_REQUEST, STATS_REQUEST,
+                                            STREAM_NOTIFICATION, WARM_NOTIFICATION, StreamUpdate,
+                                            as_plain, document_summary)
+from lsp_server.completion.service import CompletionService
+from lsp_server.completion.stats import ServerStats
 from lsp_server.config import Config, config_from_options, model_identity
 from lsp_server.context.cross_file import uri_path
 from lsp_server.engine.worker import EngineWorker
-from lsp_server.server.client import as_plain
-from lsp_server.server.completion import CompletionService, Cursor
-from lsp_server.server.documents import DocumentStore
-from lsp_server.server.protocol import (CONFIG_SECTION, DOCUMENT_REQUEST, STATS_REQUEST, STREAM_NOTIFICATION,
-                                        WARM_NOTIFICATION, StreamUpdate, document_summary)
 from lsp_server.server.rpc_protocol import PARSE_ERROR, SpecfillProtocol
-from lsp_server.server.stats import ServerStats
-from lsp_server.server.user_messages import RateLimiter
-from lsp_server.server.worker_restarts import RestartBudget
 
 log = logging.getLogger(__name__)
 RuntimeFactory = Callable[[Config, Callable[[str], None]], Any]
@@ -276,8 +277,6 @@ def did_change(ls: SpecfillServer, params: lsp.DidChangeTextDocumentParams) -> N
 @handles(lsp.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: SpecfillServer, params: lsp.DidCloseTextDocumentParams) -> None:
     ls.documents.close(params.text_document.uri)
-    ls.completions.precomputes.cancel(params.text_document.uri)
-    ls.completions.precomputes.discard(params.text_document.uri)
     ls.completions.forget(params.text_document.uri)
 
 
@@ -306,32 +305,25 @@ async def inline_completion(ls: SpecfillServer, params: lsp.InlineCompletionPara
 
 @handles(STATS_REQUEST)
 def stats(ls: SpecfillServer, params: Any) -> dict:
-    worker = ls.worker
-    engine = getattr(worker.engine, "engine", None) if worker else None
-    out = ls.stats.to_json(engine.memory.snapshot() if engine is not None else {})
-    out["engine"] = engine_state(ls)
+    status = ls.backend.status() if ls.backend is not None else BackendStatus(False, None)
+    out = ls.stats.to_json(status.acceptance_memory)
+    out["engine"] = engine_state(ls, status)
     # the pool of earlier prompts and generations the engine drafts from: fixed memory
-    out["draft_pool"] = engine.history.snapshot() if engine is not None else {}
+    out["draft_pool"] = status.draft_pool
     out["tables"] = ls.table_sizes()  # per-request bookkeeping: must stay bounded
     out["backends"] = ls.backend.stats() if ls.backend is not None else []
     return out
 
 
-def engine_state(ls: SpecfillServer) -> dict:
+def engine_state(ls: SpecfillServer, status: BackendStatus) -> dict:
     """The `engine` part of specfill/stats: the local worker's, or the remote backend's."""
-    worker, backend = ls.worker, ls.backend
-    remote = backend is not None and ls.config.backend.kind != "local"
     return {
-        # With a remote backend, "ready" means requests can be sent (servers are not
-        # waited for: a request that finds none down answers at once).
-        "ready": (backend is not None and backend.load_error is None) if remote
-        else bool(worker and worker.ready.is_set()),
-        "idle": bool(backend is None or backend.is_idle()) and not ls.completions.warming(),
-        "load_error": (backend.load_error if remote else
-                       worker.load_error if worker else None),
-        "threads": worker.threads_in_use if worker else None,
-        "abort_latencies_s": list(worker.abort_latencies_s) if worker else [],
-        "preempt_latencies_s": list(worker.preempt_latencies_s) if worker else [],
+        "ready": status.ready,
+        "idle": bool(ls.backend is None or ls.backend.is_idle()) and not ls.completions.warming(),
+        "load_error": status.load_error,
+        "threads": status.threads,
+        "abort_latencies_s": status.abort_latencies_s,
+        "preempt_latencies_s": status.preempt_latencies_s,
     }
 
 
@@ -346,3 +338,59 @@ def document_state(ls: SpecfillServer, params: Any) -> dict:
 def shutdown(ls: SpecfillServer, params: Any) -> None:
     if ls.backend is not None:
         ls.backend.stop()
+
+
+# -- how often: the user is told, a failed worker is restarted -------------------------
+
+
+class RateLimiter:
+    """At most one popup per kind of message per minute: a client stuck in a loop (a
+    didChange for a closed file on every keystroke) must not bury the editor in popups; the
+    log keeps every occurrence at debug level."""
+
+    def __init__(self, interval_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 max_kinds: int = 256):
+        self.interval_s = interval_s
+        self.clock = clock
+        self.max_kinds = max_kinds  # kinds are few; the bound only guards against a flood of new ones
+        self._last: dict[str, float] = {}
+
+    def allow(self, kind: str) -> bool:
+        """True when no message of `kind` was allowed within the last `interval_s`."""
+        now = self.clock()
+        last = self._last.get(kind)
+        if last is not None and now - last < self.interval_s:
+            return False
+        if len(self._last) >= self.max_kinds:
+            self._last = {k: t for k, t in self._last.items() if now - t < self.interval_s}
+            if len(self._last) >= self.max_kinds:
+                return False
+        self._last[kind] = now
+        return True
+
+
+class RestartBudget:
+    """A failed engine worker is restarted a few times, then the server gives up (a model
+    that crashes on every request must not reload forever), like an editor that stops
+    restarting a server after 5 crashes in 3 minutes."""
+
+    def __init__(self, max_restarts: int = 3, window_s: float = 600.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.max_restarts = max_restarts
+        self.window_s = window_s
+        self.clock = clock
+        self._times: deque[float] = deque()
+
+    def allow(self) -> bool:
+        """True (and counted) when fewer than `max_restarts` happened within the window."""
+        now = self.clock()
+        while self._times and now - self._times[0] >= self.window_s:
+            self._times.popleft()
+        if len(self._times) >= self.max_restarts:
+            return False
+        self._times.append(now)
+        return True
+
+    @property
+    def used(self) -> int:
+        return len(self._times)

@@ -16,7 +16,7 @@ from pygls.exceptions import JsonRpcRequestCancelled
 
 from lsp_server.bench.lsp_bench import (Spot, document_without, find_spot, is_pause,
                                         keystroke_gaps, summarize)
-from lsp_server.server.client import SpecfillClient
+from lsp_server.client import SpecfillClient
 from tests.e2e.conftest import PY_SOURCE, tiny_options
 
 URI = "file:///work/client-example.py"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lsp_server.backends.llama_binary import LlamaServerProcess
-from lsp_server.server.client import SpecfillClient
+from lsp_server.client import SpecfillClient
 from tests.remote.conftest import BLOCK_SPOT, SOURCE, server
 from tests.tiny_hf import make_tiny_pair
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.server.client import SpecfillClient
+from lsp_server.client import SpecfillClient
 from tests.remote.conftest import SOURCE, server
 
 pytestmark = pytest.mark.remote

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lsp_server.server.client import SpecfillClient
+from lsp_server.client import SpecfillClient
 from tests.remote.conftest import LINE_SPOT, SOURCE, server
 
 pytestmark = pytest.mark.remote

@@ -1,4 +1,4 @@
-"""The client's side of the document, written independently of lsp_server.server.documents: LSP
+"""The client's side of the document, written independently of lsp_server.completion.documents: LSP
 positions in UTF-16 units, lines ending at \\r\\n, \\r or \\n, edits applied as an editor does."""
 
 from __future__ import annotations

@@ -11,10 +11,11 @@ import pytest
 
 from lsp_server.backends.base import PromptCodec
 from lsp_server.backends.local_runtime import load_runtime
+from lsp_server.completion.documents import DocumentStore
+from lsp_server.completion.prompts import Cursor, prepare
+from lsp_server.completion.streams import clean
 from lsp_server.config import Config
 from lsp_server.engine.types import Finished
-from lsp_server.server.completion import Cursor, clean, prepare
-from lsp_server.server.documents import DocumentStore
 
 pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "inventory.py"

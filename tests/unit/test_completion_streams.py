@@ -10,13 +10,14 @@ import time
 import pytest
 
 from lsp_server.backends.local import LocalBackend
+from lsp_server.completion.documents import DocumentStore
+from lsp_server.completion.prompts import Cursor
+from lsp_server.completion.service import CompletionService
+from lsp_server.completion.stats import ServerStats
 from lsp_server.config import Config
 from lsp_server.context.prompt import FimTokens
 from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, Stats, TextDelta
 from lsp_server.engine.worker import EngineWorker
-from lsp_server.server.completion import CompletionService, Cursor
-from lsp_server.server.documents import DocumentStore
-from lsp_server.server.stats import ServerStats
 
 URI = "file:///a.py"
 SOURCE = "def f(x):\n    return x\n\n\ndef g(y):\n    \n"

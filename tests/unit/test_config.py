@@ -56,7 +56,7 @@ def test_model_identity_changes_only_with_model_settings():
 def test_config_does_not_import_torch():
     from tests.import_walls import heavy_imports
 
-    assert "torch" not in heavy_imports("lsp_server.config", "lsp_server.server.protocol")
+    assert "torch" not in heavy_imports("lsp_server.config", "lsp_server.completion.protocol")
 
 
 def test_a_bad_change_keeps_the_value_in_force_and_says_so():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from lsprotocol import types
 
-from lsp_server.server.documents import (
+from lsp_server.completion.documents import (
     Document,
     DocumentStore,
     advance_point,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lsp_server.server.documents import ByteEdit, Document
+from lsp_server.completion.documents import ByteEdit, Document
 from lsp_server.syntax.languages import make_parser
 
 EMOJI, CJK = "\U0001F600", "中"
@@ -20,7 +20,7 @@ UNIT_SIZES = {"utf-8": 1, "utf-16": 2, "utf-32": 4}
 
 
 def client_position(text: str, offset: int, encoding: str) -> tuple[int, int]:
-    """The client's own bookkeeping, written independently of lsp_server.server.documents."""
+    """The client's own bookkeeping, written independently of lsp_server.completion.documents."""
     codec = {"utf-8": "utf-8", "utf-16": "utf-16-le", "utf-32": "utf-32-le"}[encoding]
     line = column = 0
     index = 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.server.documents import DocumentStore, exact_offset
+from lsp_server.completion.documents import DocumentStore, exact_offset
 
 EMOJI = "\U0001F600"  # two UTF-16 units, four UTF-8 bytes
 CJK = "\u4e2d"  # one UTF-16 unit, three UTF-8 bytes

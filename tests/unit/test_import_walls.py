@@ -22,7 +22,8 @@ FLOORS: tuple[tuple[str, ...], ...] = (
     ("syntax", "context"),
     ("config",),
     ("backends",),
-    ("server",),
+    ("completion",),
+    ("server", "client"),
     ("bench",),
     ("commands",),
     ("cli",),
@@ -97,10 +98,28 @@ def test_remote_backends_never_import_torch():
     assert sorted(outside & TORCH) == [] and sorted(ours & LOCAL_BACKEND) == []
 
 
-def test_only_the_server_room_imports_pygls():
-    others = [m for m in modules_in() if not m.startswith("lsp_server.server")]
+def test_only_the_server_room_and_the_scripted_client_import_pygls():
+    others = [m for m in modules_in() if room_of(m) not in ("server", "client")]
     found = {m: sorted(name for name in direct_imports(m) if name.split(".")[0] in LSP) for m in others}
     assert {m: names for m, names in found.items() if names} == {}
+
+
+def test_the_server_room_holds_only_modules_that_speak_lsp():
+    # What a handler calls (the completion service, documents, stats) is a floor down.
+    quiet = [m for m in modules_in("server") if m != "lsp_server.server"
+             and not {name.split(".")[0] for name in direct_imports(m)} & LSP]
+    assert quiet == []
+
+
+def test_the_completion_room_stands_between_the_backends_and_the_server():
+    assert FLOOR["backends"] < FLOOR["completion"] < FLOOR["server"]
+    ours = reachable(*modules_in("completion"))[0]
+    assert sorted(m for m in ours if room_of(m) in ("server", "client", "bench", "commands")) == []
+    assert "lsp_server.completion.service" in reachable("lsp_server.server.server")[0]
+
+
+def test_the_completion_room_loads_no_pygls():
+    assert sorted(p for p in reachable(*modules_in("completion"))[1] if p in LSP) == []
 
 
 def test_the_context_room_loads_no_torch_or_pygls():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from lsp_server.server.precompute import Assumed, Pending, Precomputes, accepts, reachable
+from lsp_server.completion.precompute import Assumed, Pending, Precomputes, accepts, reachable
 
 BEFORE, AFTER = "x = ", "\nprint(x)\n"
 

@@ -20,11 +20,12 @@ from lsp_server.backends.remote import RemoteBackend, RemoteSettings
 from lsp_server.backends.routing import Router
 from lsp_server.backends.warming import WarmOutcome, steps_to_send, warm_cuts
 from lsp_server.backends.wire import Usage
+from lsp_server.completion.documents import DocumentStore
+from lsp_server.completion.prompts import Cursor
+from lsp_server.completion.service import CompletionService
+from lsp_server.completion.stats import ServerStats
 from lsp_server.config import config_from_options
 from lsp_server.engine.types import CompletionRequest, DraftPolicy
-from lsp_server.server.completion import CompletionService, Cursor
-from lsp_server.server.documents import DocumentStore
-from lsp_server.server.stats import ServerStats
 from tests.unit.test_snippets import SHAPES
 
 MAIN = '''from .shapes import area, Circle

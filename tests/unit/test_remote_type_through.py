@@ -10,11 +10,12 @@ import asyncio
 import pytest
 
 from lsp_server.backends.prompt_text import TextCodec
+from lsp_server.completion.documents import DocumentStore
+from lsp_server.completion.prompts import Cursor
+from lsp_server.completion.service import CompletionService
+from lsp_server.completion.stats import ServerStats
 from lsp_server.config import config_from_options
 from lsp_server.engine.types import Finished, Stats, TextDelta
-from lsp_server.server.completion import CompletionService, Cursor
-from lsp_server.server.documents import DocumentStore
-from lsp_server.server.stats import ServerStats
 
 URI = "file:///w/a.py"
 SOURCE = "def total(items):\n    \n"
@@ -27,6 +28,7 @@ class ScriptedServer:
 
     load_error = None
     failed = None
+    keeps_lineages = False  # a server: the service types through its stream
 
     def __init__(self, step_s: float = 0.02, reason: str = "max-tokens"):
         self.step_s, self.reason = step_s, reason
@@ -59,6 +61,9 @@ class ScriptedServer:
 
     def warm_token_s(self) -> None:
         return None
+
+    def preempt_background(self) -> None:
+        pass
 
 
 def service(temperature: float = 0.0, reason: str = "max-tokens"):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+from lsp_server.server.server import RestartBudget
 from lsp_server.server.server import create_server
-from lsp_server.server.worker_restarts import RestartBudget
 from tests.unit.test_completion_streams import SOURCE, ScriptedEngine
 
 

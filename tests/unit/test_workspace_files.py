@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from lsp_server.completion.prompts import parse_function
 from lsp_server.context.snippets import SourceFile, pick_chunks
 from lsp_server.context.workspace_files import MAX_BYTES, MAX_FILES, WorkspaceFiles, import_bases
-from lsp_server.server.completion import parse_function
 
 SHAPES = "def area(radius):\n    return 3.14 * radius ** 2\n\n\nclass Circle:\n    pass\n"
 

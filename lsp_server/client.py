@@ -21,7 +21,8 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcRequestCancelled
 from pygls.lsp.client import LanguageClient
 
-from lsp_server.server.protocol import CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION, WARM_NOTIFICATION
+from lsp_server.completion.protocol import (CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION,
+                                            WARM_NOTIFICATION, as_plain)
 
 # What `complete` raises for a request the server cancelled; callers (the benchmarks) catch
 # it by this name without importing pygls.
@@ -67,17 +68,6 @@ class Message:
     kind: str  # "show" (window/showMessage) or "log" (window/logMessage)
     type: int  # lsp.MessageType
     text: str
-
-
-def as_plain(value: Any) -> Any:
-    """pygls hands back results of custom methods as named tuples; callers want dicts."""
-    if hasattr(value, "_asdict"):
-        return {k: as_plain(v) for k, v in value._asdict().items()}
-    if isinstance(value, dict):
-        return {k: as_plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [as_plain(v) for v in value]
-    return value
 
 
 def completion_text(result: Any) -> str:

@@ -83,10 +83,10 @@ class ServerStats:
         self.totals = _Tally()
         self.by_context: dict[str, _Tally] = defaultdict(_Tally)
         self.last: dict[str, Any] | None = None
-        # Background prefills (completion.warm): outcome counts and tokens they loaded.
+        # Background prefills (completion/background.py): outcome counts and tokens they loaded.
         self.warms: dict[str, Any] = {"warm": 0, "aborted": 0, "error": 0, "prefilled_tokens": 0,
                                       "last": None}
-        # Answers taken from earlier generations (engine/lineage.py, server/precompute.py).
+        # Answers taken from earlier generations (engine/lineage.py, completion/precompute.py).
         self.reuse: dict[str, int] = {
             "answers_from_generation": 0,  # type-through: the start came from the last one
             "answers_known_in_full": 0,  # ... all of it: no model call at all
@@ -115,7 +115,7 @@ class ServerStats:
         return made
 
     def joined(self) -> None:
-        """A request typed through a remote stream, running or ended (completion.py)."""
+        """A request typed through a remote stream, running or ended (completion/streams.py)."""
         self.reuse["remote_type_through"] += 1
 
     def missed(self, count: int) -> None:

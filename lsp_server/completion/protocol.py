@@ -37,6 +37,17 @@ class StreamUpdate:
         return asdict(self)
 
 
+def as_plain(value: Any) -> Any:
+    """pygls hands custom methods' params and results over as named tuples; callers want dicts."""
+    if hasattr(value, "_asdict"):
+        return {k: as_plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, dict):
+        return {k: as_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [as_plain(v) for v in value]
+    return value
+
+
 def document_summary(doc: Any) -> dict[str, Any]:
     """`specfill/document`'s answer for a `documents.Document` (or None when not open)."""
     if doc is None:
