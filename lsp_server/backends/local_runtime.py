@@ -215,8 +215,6 @@ def resolved_quants(m: Any) -> dict[str, str]:
 
 
 def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
-    from lsp_server.context.prompt import FimTokens
-    from lsp_server.engine.costs import best_k
     from lsp_server.engine.speculative import EngineOptions, SpeculativeEngine
     from lsp_server.models.loader import load_pair
     from lsp_server.models.registry import remove_old_quant_caches, resolve_cache_dir
@@ -238,13 +236,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     options = EngineOptions()
     for role, model in (("target", pair.target), ("draft", pair.draft)):
         _prepare(model, role, quants[role], progress)
-    special = pair.special_tokens
-    missing = [t for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>") if t not in special]
-    if missing:
-        raise ValueError(
-            f"{m.target} has no fill-in-the-middle tokens ({', '.join(missing)}); "
-            "choose a FIM-trained code model")
-    fim = FimTokens(special["<|fim_prefix|>"], special["<|fim_suffix|>"], special["<|fim_middle|>"])
+    fim = fim_tokens(pair.special_tokens, m.target)
     # Any special token in the output (a FIM marker, <|fim_pad|>, <|file_sep|>, ...) means
     # the model has left the middle: stop there rather than show it as text.
     stop_ids = set(pair.stop_ids) | {fim.prefix, fim.suffix, fim.middle} | special_token_ids(pair.tokenizer)
@@ -259,17 +251,7 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     warm_prompt = [fim.prefix, *encode(WARM_UP_CODE), fim.suffix, fim.middle]
     warm_up(engine, warm_prompt)
     if pair.draft is not None and options.lean_steps and pair.device.type == "cpu":
-        costs = measure_costs(engine, warm_prompt)
-        if not plausible(costs):  # a busy moment: once more before giving up on them
-            costs = measure_costs(engine, warm_prompt)
-        if plausible(costs):
-            engine.costs = costs
-            options.max_k = max(1, best_k(costs, CAP_ACCEPTANCE))
-            progress(f"measured round costs: {describe_costs(costs)}; "
-                     f"drafting at most {options.max_k} tokens a round pays here")
-        else:
-            progress(f"round costs not measured cleanly (busy CPU? {describe_costs(costs)}); "
-                     "the syntax policy's k bounds apply as they are")
+        time_rounds(engine, warm_prompt, options, progress)
     # Native models copied their weight matrices at load (repacked 8 rows by 8, kernels/native
     # Weight), so those pages of the GGUF maps are not read again; what is still read from
     # the maps (embedding rows, a matrix that could not be repacked) faults back in once,
@@ -282,6 +264,36 @@ def load_runtime(config: Config, progress: Callable[[str], None]) -> Runtime:
     for line in lines:
         progress(line)
     return Runtime(engine, encode, fim, lines, repo_tokens(tokenizer), native=native_models)
+
+
+def fim_tokens(special: dict[str, int], target: str) -> Any:
+    """The model's fill-in-the-middle markers; a model without them is refused by name."""
+    from lsp_server.context.prompt import FimTokens
+
+    missing = [t for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>") if t not in special]
+    if missing:
+        raise ValueError(
+            f"{target} has no fill-in-the-middle tokens ({', '.join(missing)}); "
+            "choose a FIM-trained code model")
+    return FimTokens(special["<|fim_prefix|>"], special["<|fim_suffix|>"], special["<|fim_middle|>"])
+
+
+def time_rounds(engine: Any, prompt: list[int], options: Any, progress: Callable[[str], None]) -> None:
+    """The round costs the engine picks k by, timed on `prompt`; and the largest k they say
+    pays here (`options.max_k`). Timings a busy moment spoilt twice are not used."""
+    from lsp_server.engine.costs import best_k
+
+    costs = measure_costs(engine, prompt)
+    if not plausible(costs):  # a busy moment: once more before giving up on them
+        costs = measure_costs(engine, prompt)
+    if plausible(costs):
+        engine.costs = costs
+        options.max_k = max(1, best_k(costs, CAP_ACCEPTANCE))
+        progress(f"measured round costs: {describe_costs(costs)}; "
+                 f"drafting at most {options.max_k} tokens a round pays here")
+    else:
+        progress(f"round costs not measured cleanly (busy CPU? {describe_costs(costs)}); "
+                 "the syntax policy's k bounds apply as they are")
 
 
 def release_weight_pages(cache_dir: str | None) -> int:
