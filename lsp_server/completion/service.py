@@ -58,6 +58,7 @@ class CompletionService:
 
     def _prepare(self, doc: Document, cursor: Cursor, encoding: str, config: Config,
                  codec: PromptCodec, grow: bool = False) -> Prepared:
+        """The prompt a request at `cursor` would send now (the tests read it)."""
         return self.prompts.prepare(doc, cursor, encoding, config, codec, grow)
 
     def warm(self, cursor: Cursor, encoding: str) -> None:
