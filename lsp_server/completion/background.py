@@ -95,7 +95,9 @@ class Background:
         prepared = self.prompts.prepare(doc, cursor, encoding, config, codec, grow)
         if grow and prepared.window_line in (None, self.prompts.window_start(doc.uri)):
             return  # the window is already whole
-        request = prepared.request
+        # The whole window cuts no cached prompt: with other files' head in front it shares
+        # that head with the cursor's short window, which the requests take until it is in.
+        request = replace(prepared.request, request=replace(prepared.request.request, keep_cached=grow))
         head = self.prompts.package_head(doc, config, codec) if head_only else []
         if head:
             request = replace(request, request=replace(request.request, prompt_ids=tuple(head), heal=""))
