@@ -50,7 +50,9 @@ NO_AMX="${NO_AMX:-}"
 STAMP="$ISA_FLAGS $NO_AMX"
 # A server built where OpenSSL's headers were missing has no HTTPS (llama.cpp only warns), and
 # the remote tests start it with TLS: such a cached build is made again.
-has_https() { ldd "$BIN/llama-server" 2>/dev/null | grep -q 'libssl\.so'; }
+# grep reads all of ldd's output (no -q): with pipefail, ldd killed by SIGPIPE after an early
+# match would fail the check at random and rebuild a good server.
+has_https() { ldd "$BIN/llama-server" 2>/dev/null | grep 'libssl\.so' >/dev/null; }
 works() {
   [ "$(cat "$DEST/build-flags" 2>/dev/null)" = "$STAMP" ] || return 1
   if [ "$ISA" = native ]; then LD_LIBRARY_PATH="$BIN" "$BIN/llama-server" --version >/dev/null 2>&1 && has_https
