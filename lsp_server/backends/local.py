@@ -68,9 +68,13 @@ class LocalBackend:
     def is_idle(self) -> bool:
         return self.worker.is_idle() and not any(not task.done() for task in self._warms)
 
+    def _engine(self) -> Any:
+        """The loaded runtime's SpeculativeEngine (None before it loads, or for a test's fake)."""
+        return getattr(self.worker.engine, "engine", None)
+
     def warm_token_s(self) -> float | None:
-        runtime = self.worker.engine if self.worker.ready.is_set() else None
-        costs = getattr(getattr(runtime, "engine", None), "costs", None)  # none timed: a test's fake
+        engine = self._engine() if self.worker.ready.is_set() else None
+        costs = getattr(engine, "costs", None)  # none timed: a test's fake
         return costs.warm_token if costs is not None and costs.warm_token > 0 else None
 
     def warm(self, request: BackendRequest, on_done: Callable[[WarmEnd], None] | None = None) -> bool:
@@ -103,8 +107,7 @@ class LocalBackend:
         self.worker.preempt_warms()
 
     def status(self) -> BackendStatus:
-        worker = self.worker
-        engine = getattr(worker.engine, "engine", None)  # the runtime's SpeculativeEngine, once loaded
+        worker, engine = self.worker, self._engine()
         return BackendStatus(
             worker.ready.is_set(), worker.load_error, worker.threads_in_use,
             list(worker.abort_latencies_s), list(worker.preempt_latencies_s),
