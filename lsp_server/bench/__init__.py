@@ -16,6 +16,8 @@ BENCHMARKS = {
     "llamacpp": ("lsp_server.bench.versus_llama", "decode and prefill vs llama-bench, interleaved, same threads"),
     "remote": ("lsp_server.bench.remote_bench", "specfill in front of real llama-servers: overhead, cancel, failover"),
     "quality": ("lsp_server.bench.quality", "completion quality on held-out real code, through the server"),
+    "context-bound": ("lsp_server.bench.context_bound",
+                      "exact match other files' chunks give, up to chunks picked knowing the answer"),
     "agreement": ("lsp_server.bench.agreement", "native kernels' top-1 against the same GGUF dequantized to fp32"),
     "bound": ("lsp_server.bench.bound", "the fastest any draft-length controller could be on a run's prompts"),
     "speculation": ("lsp_server.bench.speculation_session",
