@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 from lsprotocol import types as lsp
 
@@ -33,6 +36,8 @@ GARBLED = {
 }
 MALFORMED = [b"{", b"{\"jsonrpc\": \"2.0\", \"id\": 1,", b"\xff\xfe\x00", b"[" * 5000 + b"]" * 5000,
              b"nul\x00l", b"{\"a\": NaN", b"\"just a string\"", b"[]", b"{}", b"null", b"1e999"]
+# A fuzzed message: its bytes, its kind, and how many responses its id must get (None: no id).
+Message = tuple[bytes, str, int | None]
 
 
 def mutated_pool() -> list[tuple[str, object]]:
@@ -46,66 +51,120 @@ def mutated_pool() -> list[tuple[str, object]]:
     return pool
 
 
-def test_ten_thousand_fuzzed_messages_then_a_completion_is_still_answered(tiny_pair_dirs, figures):
-    rng = random.Random(1818)
-    pool = mutated_pool()
+@dataclass
+class Sent:
+    """What the fuzz wrote: every frame in order, and what each id must get back."""
+    frames: list[bytes] = field(default_factory=list)
+    expected: dict[str, int] = field(default_factory=dict)  # id (JSON text) -> responses due
+    kinds: dict[str, int] = field(default_factory=dict)
+
+
+def stats_request(msg_id: str) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "specfill/stats"}).encode()
+
+
+def mutated_message(rng: random.Random, pool: list, msg_id: str) -> Message:
+    """A registered method with mutated params: a request is answered once, a notification never."""
+    method, params = rng.choice(pool)
+    body = {"jsonrpc": "2.0", "method": method, "params": params}
+    if method not in REQUESTS:
+        return frame(json.dumps(body).encode()), "mutated", None
+    body["id"] = msg_id
+    return frame(json.dumps(body).encode()), "mutated", 1
+
+
+def broken_frame(rng: random.Random, msg_id: str, table: dict) -> Message:
+    """A valid request in a broken frame: its id must never be answered."""
+    name = rng.choice(sorted(table))
+    return table[name](stats_request(msg_id)) + b"\r\n", f"framing: {name}", 0
+
+
+def fuzzed_message(rng: random.Random, pool: list, msg_id: str) -> Message:
+    """One message of the mix, drawn by the roll's share for each kind."""
+    roll = rng.random()
+    if roll < 0.55:
+        return mutated_message(rng, pool, msg_id)
+    if roll < 0.70:  # valid and cheap
+        return frame(stats_request(msg_id)), "valid", 1
+    if roll < 0.80:
+        return frame(rng.choice(MALFORMED)), "malformed JSON", None
+    return broken_frame(rng, msg_id, LOST if roll < 0.90 else GARBLED)
+
+
+def send_fuzz(wire: WireClient, rng: random.Random, pool: list) -> Sent:
+    sent = Sent()
+    for n in range(MESSAGES):
+        msg_id = f"f{n}"
+        data, kind, want = fuzzed_message(rng, pool, msg_id)
+        if want is not None:
+            sent.expected[json.dumps(msg_id)] = want
+        kind = kind.split(":")[0]
+        sent.kinds[kind] = sent.kinds.get(kind, 0) + 1
+        sent.frames.append(data)
+        wire.write(data)
+    return sent
+
+
+def open_document(wire: WireClient, version: int) -> None:
+    wire.notify("textDocument/didOpen", {"textDocument": {
+        "uri": URI, "languageId": "python", "version": version, "text": PY_SOURCE}})
+
+
+@contextmanager
+def server_with_document_open(tiny_pair_dirs) -> Iterator[WireClient]:
     wire = WireClient()
-    expected: dict[str, int] = {}  # id (JSON text) -> responses it must get
-    kinds: dict[str, int] = {}
-    sent_log: list[bytes] = []
-    t0 = time.monotonic()
     try:
         wire.initialize(tiny_options(*tiny_pair_dirs, maxNewTokens=2))
-        wire.notify("textDocument/didOpen", {"textDocument": {
-            "uri": URI, "languageId": "python", "version": 1, "text": PY_SOURCE}})
-        for n in range(MESSAGES):
-            roll = rng.random()
-            msg_id = f"f{n}"
-            if roll < 0.55:  # a mutated message of a registered method
-                method, params = rng.choice(pool)
-                is_request = method in REQUESTS
-                body = {"jsonrpc": "2.0", "method": method, "params": params}
-                if is_request:
-                    body["id"] = msg_id
-                data, kind = frame(json.dumps(body).encode()), "mutated"
-                if is_request:
-                    expected[json.dumps(msg_id)] = 1
-            elif roll < 0.70:  # valid and cheap
-                data, kind = frame(json.dumps({"jsonrpc": "2.0", "id": msg_id,
-                                               "method": "specfill/stats"}).encode()), "valid"
-                expected[json.dumps(msg_id)] = 1
-            elif roll < 0.80:
-                data, kind = frame(rng.choice(MALFORMED)), "malformed JSON"
-            else:
-                body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": "specfill/stats"}).encode()
-                table = LOST if roll < 0.90 else GARBLED
-                name = rng.choice(sorted(table))
-                data, kind = table[name](body) + b"\r\n", f"framing: {name}"
-                expected[json.dumps(msg_id)] = 0
-            kinds[kind.split(":")[0]] = kinds.get(kind.split(":")[0], 0) + 1
-            sent_log.append(data)
-            wire.write(data)
-        wire.notify("textDocument/didOpen", {"textDocument": {
-            "uri": URI, "languageId": "python", "version": 2, "text": PY_SOURCE}})
-        final = wire.call("final", "textDocument/inlineCompletion", {
-            "textDocument": {"uri": URI}, "position": {"line": 11, "character": 8},
-            "context": {"triggerKind": 1}}, timeout_s=60)
-        assert "items" in final["result"]
-        stats = wire.call("final-stats", "specfill/stats")["result"]
-        elapsed = time.monotonic() - t0
-        wrong = {k: (wire.responses[k], want) for k, want in expected.items()
-                 if wire.responses[k] != want}
-        assert wrong == {}, [(k, sent_log[int(json.loads(k)[1:])][-300:]) for k in list(wrong)[:4]]
-        assert all(count == 1 for key, count in wire.responses.items() if key != "null")
-        assert wire.responses["null"] >= kinds["malformed JSON"]  # each answered -32700/-32600
-        assert wire.proc.poll() is None
-        assert stats["tables"]["pygls_request_futures"] <= 1
-        popups = [m["params"]["message"] for m in wire.notifications("window/showMessage")]
-        assert not any("Error in server" in p for p in popups), popups[:3]
+        open_document(wire, version=1)
+        yield wire
     finally:
         wire.close()
+
+
+def assert_a_completion_is_answered_after_reopening(wire: WireClient) -> None:
+    open_document(wire, version=2)
+    final = wire.call("final", "textDocument/inlineCompletion", {
+        "textDocument": {"uri": URI}, "position": {"line": 11, "character": 8},
+        "context": {"triggerKind": 1}}, timeout_s=60)
+    assert "items" in final["result"]
+
+
+def assert_each_id_answered_as_its_frame_allows(wire: WireClient, sent: Sent) -> None:
+    """Once when its frame arrived whole, never when the frame itself was broken; no id twice."""
+    wrong = {k: (wire.responses[k], want) for k, want in sent.expected.items()
+             if wire.responses[k] != want}
+    assert wrong == {}, [(k, sent.frames[int(json.loads(k)[1:])][-300:]) for k in list(wrong)[:4]]
+    assert all(count == 1 for key, count in wire.responses.items() if key != "null")
+
+
+def assert_malformed_json_answered_with_a_null_id(wire: WireClient, sent: Sent) -> None:
+    assert wire.responses["null"] >= sent.kinds["malformed JSON"]  # each answered -32700/-32600
+
+
+def assert_server_alive_without_leaks_or_error_popups(wire: WireClient, stats: dict) -> None:
+    assert wire.proc.poll() is None
+    assert stats["tables"]["pygls_request_futures"] <= 1
+    popups = [m["params"]["message"] for m in wire.notifications("window/showMessage")]
+    assert not any("Error in server" in p for p in popups), popups[:3]
+
+
+def record_figures(figures: dict, wire: WireClient, sent: Sent, elapsed: float) -> None:
     figures["wire fuzz: messages sent"] = MESSAGES
-    figures["wire fuzz: by kind"] = kinds
-    figures["wire fuzz: requests answered exactly once"] = sum(1 for v in expected.values() if v)
+    figures["wire fuzz: by kind"] = sent.kinds
+    figures["wire fuzz: requests answered exactly once"] = sum(1 for v in sent.expected.values() if v)
     figures["wire fuzz: null-id errors (parse / invalid request)"] = wire.responses[json.dumps(None)]
     figures["wire fuzz: seconds"] = round(elapsed, 1)
+
+
+def test_ten_thousand_fuzzed_messages_then_a_completion_is_still_answered(tiny_pair_dirs, figures):
+    rng, pool = random.Random(1818), mutated_pool()
+    t0 = time.monotonic()
+    with server_with_document_open(tiny_pair_dirs) as wire:
+        sent = send_fuzz(wire, rng, pool)
+        assert_a_completion_is_answered_after_reopening(wire)
+        stats = wire.call("final-stats", "specfill/stats")["result"]
+        elapsed = time.monotonic() - t0
+        assert_each_id_answered_as_its_frame_allows(wire, sent)
+        assert_malformed_json_answered_with_a_null_id(wire, sent)
+        assert_server_alive_without_leaks_or_error_popups(wire, stats)
+    record_figures(figures, wire, sent, elapsed)
