@@ -141,8 +141,7 @@ class Prompts:
 
         window = config.contextWindow
         kept = self.windows.get(doc.uri)
-        first = kept[2] if kept is not None else first_window_tokens(
-            window.firstPrefixTokens, window.firstWindowS, self._warm_token_s(), window.suffixTokens)
+        first = kept[2] if kept is not None else self.first_tokens(config)
         sized = replace(window, firstPrefixTokens=window.prefixTokens if grow else first)
         prepared = prepare(doc, cursor, encoding, replace(config, contextWindow=sized), codec, head,
                            kept[:2] if kept is not None else None)
@@ -153,6 +152,12 @@ class Prompts:
         else:
             self.windows[doc.uri] = (prepared.window_line, prepared.window_tokens, first)
         return prepared
+
+    def first_tokens(self, config: Config) -> int:
+        """The first window's prefix tokens a document gets now, by the timed prefill rate."""
+        window = config.contextWindow
+        return first_window_tokens(min(window.firstPrefixTokens, window.prefixTokens), window.firstWindowS,
+                                   self._warm_token_s(), window.suffixTokens)
 
     def _warm_token_s(self) -> float | None:
         backend = self.backend_ref()

@@ -68,6 +68,10 @@ class CompletionService:
     def warm_opened(self, uri: str, encoding: str) -> None:
         self.background.warm_opened(uri, encoding)
 
+    def first_window_tokens(self) -> int:
+        """The first window's size a file opened now gets (specfill/stats)."""
+        return self.prompts.first_tokens(self.config_ref())
+
     def warming(self) -> bool:
         return self.background.warming()
 

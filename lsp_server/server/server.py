@@ -312,6 +312,8 @@ def stats(ls: SpecfillServer, params: Any) -> dict:
     out["draft_pool"] = status.draft_pool
     out["tables"] = ls.table_sizes()  # per-request bookkeeping: must stay bounded
     out["backends"] = ls.backend.stats() if ls.backend is not None else []
+    # what the prefill rate sized the window before the cursor of a file opened now to
+    out["first_window_tokens"] = ls.completions.first_window_tokens()
     return out
 
 

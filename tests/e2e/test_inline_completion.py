@@ -183,3 +183,4 @@ async def test_stats_add_up_with_the_completions(client: LanguageClient):
     assert last["generated_tokens"] >= 1 and 0.0 <= last["acceptance_rate"] <= 1.0
     assert sum(c["requests"] for c in s["by_context"].values()) == t["requests"]
     assert all(r.items for r in results)
+    assert 0 < s["first_window_tokens"] <= 1024  # sized by the prefill rate, within prefixTokens
