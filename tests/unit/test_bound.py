@@ -72,6 +72,7 @@ def test_summary_groups_and_ratios():
     assert summary["groups"]["all"]["prompts"] == 2 and summary["groups"]["imports"]["prompts"] == 1
     assert summary["groups"]["all"]["best_speedup"] == pytest.approx(5.0 / 2.8)
     assert summary["groups"]["all"]["measured_speedup"] == pytest.approx(2.0)
+    assert summary["groups"]["all"]["share_of_best"] == pytest.approx(2.8 / 2.5)  # the simulation can be beaten
     assert summary["groups"]["all"]["draft_hit_rate"] == pytest.approx(0.75)
     assert summary["groups"]["all"]["best_tokens_per_s"] == pytest.approx(8 / 5.6)
 
