@@ -195,12 +195,51 @@ static void run_layer_ops(void) {
             rows_ok &= same_bits(one, out[v] + m * K, K);
         }
         check(rows_ok, "rmsnorm: one-row calls == M-row call", 0, name, M, 0, K);
+        /* attention a row at a time, the cache growing by one row a call (a decode step):
+         * each row's bits are the M-row call's, whatever the queries taken with it */
+        static float q1[H * D], kv1[2 * KV * D], att1[H * D];
+        for (int i = 0; i < KV * CAP * D; i++) kc[i] = vc[i] = (float)(i % 97) * 0.01f;
+        rows_ok = 1;
+        for (int m = 0; m < M; m++) {
+            memcpy(q1, q0 + m * H * D, sizeof q1);
+            memcpy(kv1, kv0 + m * 2 * KV * D, sizeof kv1);
+            sf_attention(q1, H * D, kv1, kv1 + KV * D, 2 * KV * D, 1, H, KV, D, cs + m * D, sn + m * D, kc, vc, CAP,
+                         PAST + m, 0.125f, att1);
+            rows_ok &= same_bits(att1, att[v] + m * H * D, H * D);
+        }
+        check(rows_ok, "attention: one-row calls == M-row call", 0, name, M, H, D);
         if (v == SF_SCALAR) continue;
         check(same_bits(out[v], out[SF_SCALAR], M * K), "rmsnorm == reference", 0, name, M, 0, K);
         check(same_bits(act[v], act[SF_SCALAR], M * F), "silu_mul == reference", 0, name, M, F, 0);
         check(same_bits(att[v], att[SF_SCALAR], M * H * D), "attention == reference", 0, name, M, H, D);
         check(same_bits(kcs[v], kcs[SF_SCALAR], KV * CAP * D), "rotated keys in the cache == reference", 0, name, M, H, D);
     }
+}
+
+/* Attention over a long cache on 1 and on 8 threads: with 8, a key-value head's query heads
+ * are split between threads (layer.c's parts); every split gives the same bits. */
+static void run_attention_split(void) {
+    enum { M = 3, H = 4, KV = 2, D = 64, CAP = 1100, PAST = 1090 };
+    static float q0[M * H * D], kv0[M * 2 * KV * D], cs[M * D], sn[M * D], q[M * H * D], kv[M * 2 * KV * D];
+    static float kc[KV * CAP * D], vc[KV * CAP * D], att[2][M * H * D];
+    for (int i = 0; i < M * H * D; i++) q0[i] = rnd_normal();
+    for (int i = 0; i < M * 2 * KV * D; i++) kv0[i] = rnd_normal();
+    for (int i = 0; i < M * D; i++) cs[i] = cosf((float)i * 0.01f), sn[i] = sinf((float)i * 0.01f);
+    for (int v = 0; v < SF_NVARIANTS; v++) {
+        if (!sf_variant_supported(v)) continue;
+        sf_set_variant(v);
+        const int threads[2] = {1, 8};
+        for (int t = 0; t < 2; t++) {
+            sf_set_threads(threads[t]);
+            memcpy(q, q0, sizeof q);
+            memcpy(kv, kv0, sizeof kv);
+            for (int i = 0; i < KV * CAP * D; i++) kc[i] = vc[i] = (float)(i % 89) * 0.01f;
+            check(sf_attention(q, H * D, kv, kv + KV * D, 2 * KV * D, M, H, KV, D, cs, sn, kc, vc, CAP, PAST, 0.1f,
+                               att[t]) == 0, "attention returns 0", threads[t], sf_variant_name(v), M, H, D);
+        }
+        check(same_bits(att[0], att[1], M * H * D), "attention: 8 threads == 1 thread", 8, sf_variant_name(v), M, H, D);
+    }
+    sf_set_threads(0);
 }
 
 int main(void) {
@@ -217,6 +256,7 @@ int main(void) {
     }
     run_specials();
     run_layer_ops();
+    run_attention_split();
     sf_set_threads(0);
     printf("variants run:");
     for (int v = 0; v < SF_NVARIANTS; v++)

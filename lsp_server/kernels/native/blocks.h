@@ -261,8 +261,8 @@ struct sf_kernels {
     void (*rmsnorm)(const float *x, const float *w, int64_t M, int64_t K, float eps, float *out);
     void (*silu_mul)(const float *gate_up, int64_t M, int64_t F, float *out);
     void (*rope)(float *x, int64_t heads, int64_t D, const float *cos, const float *sin);
-    void (*attend)(const float *q, const float *keys, const float *values, int64_t L, int64_t D, float scale,
-                   float *s, float *out);
+    void (*attend)(const float *const *q, const int64_t *L, int64_t n, const float *keys, const float *values,
+                   int64_t D, float scale, float *s, int64_t span, float *const *out);
     /* the dot-product unit's own rate (sf_dot_peak): `iters` rounds of the named form's
      * multiply-adds on registers, returning how many int8 multiply-adds they were (0: no such
      * form); NULL for the reference */

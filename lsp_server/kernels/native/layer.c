@@ -27,32 +27,54 @@ int sf_silu_mul(const float *gate_up, int64_t M, int64_t F, float *out) {
     return SF_OK;
 }
 
+/* Queries a call of `attend` takes at most: its pointers and lengths live on the stack. */
+#define SF_ATTEND_MAX 128
+
 struct attn_ctx {
     const struct sf_kernels *k;
     const float *q, *k_cache, *v_cache;
-    int64_t q_stride, M, H, group, D, cap, past, span;
+    int64_t q_stride, M, H, group, parts, part_heads, D, cap, past, span, batch_rows;
     float scale;
     float *out;
 };
 
-/* Share s of ns takes a contiguous run of the M * H (row, head) units, so the heads that
- * read one key-value head mostly stay on one core. */
+/* Share s of ns takes a contiguous run of the KV * parts * M (key-value head, part of its
+ * query heads, row) units; the units of one key-value head and part go to `attend`
+ * together, up to batch_rows rows at once, so the cache of a key-value head is read once per
+ * call, not once per query. A key-value head's query heads are split into parts only where
+ * there are more threads than key-value heads times rows (a one-row step on many cores). */
 static void attn_share(const void *p, int s, int ns) {
     const struct attn_ctx *c = p;
-    const int64_t units = c->M * c->H, u0 = units * s / ns, u1 = units * (s + 1) / ns;
-    float *scores = (float *)attn_scratch + (size_t)s * (size_t)c->span;
-    for (int64_t u = u0; u < u1; u++) {
-        const int64_t j = u / c->H, h = u % c->H, g = h / c->group;
+    const int64_t per_head = c->parts * c->M, units = (c->H / c->group) * per_head;
+    const int64_t u0 = units * s / ns, u1 = units * (s + 1) / ns;
+    float *scores = (float *)attn_scratch + (size_t)s * (size_t)(c->batch_rows * c->part_heads) * (size_t)c->span;
+    const float *q[SF_ATTEND_MAX];
+    float *out[SF_ATTEND_MAX];
+    int64_t L[SF_ATTEND_MAX];
+    for (int64_t u = u0; u < u1;) {
+        const int64_t g = u / per_head, part = u % per_head / c->M, j0 = u % c->M;
+        int64_t j1 = j0 + c->batch_rows;
+        if (j1 > c->M) j1 = c->M;
+        if (j1 - j0 > u1 - u) j1 = j0 + (u1 - u);
+        const int64_t h0 = g * c->group + part * c->part_heads;
+        const int64_t h1 = h0 + c->part_heads < (g + 1) * c->group ? h0 + c->part_heads : (g + 1) * c->group;
+        int64_t n = 0;
+        for (int64_t j = j0; j < j1; j++)
+            for (int64_t h = h0; h < h1; h++, n++) {
+                q[n] = c->q + j * c->q_stride + h * c->D;
+                L[n] = c->past + j + 1;
+                out[n] = c->out + (j * c->H + h) * c->D;
+            }
         const size_t kv = (size_t)g * (size_t)c->cap * (size_t)c->D;
-        c->k->attend(c->q + j * c->q_stride + h * c->D, c->k_cache + kv, c->v_cache + kv, c->past + j + 1, c->D,
-                     c->scale, scores, c->out + (j * c->H + h) * c->D);
+        c->k->attend(q, L, n, c->k_cache + kv, c->v_cache + kv, c->D, c->scale, scores, c->span, out);
+        u += j1 - j0;
     }
 }
 
 static int attention_shape_ok(int64_t q_stride, int64_t kv_stride, int64_t M, int64_t H, int64_t KV, int64_t D,
                               int64_t cap, int64_t past) {
-    return M >= 0 && H > 0 && KV > 0 && H % KV == 0 && D > 0 && D % SF_LANES == 0 && D <= 512 && past >= 0 &&
-           past + M <= cap && q_stride >= H * D && kv_stride >= KV * D;
+    return M >= 0 && H > 0 && KV > 0 && H % KV == 0 && H / KV <= SF_ATTEND_MAX && D > 0 && D % SF_LANES == 0 &&
+           D <= 512 && past >= 0 && past + M <= cap && q_stride >= H * D && kv_stride >= KV * D;
 }
 
 /* sf_attention, checked by the caller; under the call lock. */
@@ -70,10 +92,19 @@ static int attention_locked(const struct sf_kernels *kern, float *q, int64_t q_s
         }
     }
     /* a share: 32k multiply-adds at least */
-    const int shares = sf_job_shares(M * H * (past + M) * D * 8 / SF_MIN_SHARE_VALUES, M * H);
-    if (sf_scratch_grow(&attn_scratch, &attn_scratch_cap, (size_t)shares * (size_t)(past + M) * sizeof(float)) == NULL)
+    const int64_t work = M * H * (past + M) * D * 8 / SF_MIN_SHARE_VALUES, group = H / KV;
+    const int64_t threads = sf_job_shares(work, M * H);  /* what a share a query would get */
+    int64_t parts = (threads + KV * M - 1) / (KV * M);
+    parts = parts < 1 ? 1 : parts > group ? group : parts;
+    const int64_t part_heads = (group + parts - 1) / parts;
+    parts = (group + part_heads - 1) / part_heads;
+    const int64_t batch_rows = M < SF_ATTEND_MAX / part_heads ? M : SF_ATTEND_MAX / part_heads;
+    const int shares = sf_job_shares(work, KV * parts * M);
+    if (sf_scratch_grow(&attn_scratch, &attn_scratch_cap,
+                        (size_t)shares * (size_t)(batch_rows * part_heads) * (size_t)(past + M) * sizeof(float)) == NULL)
         return SF_ENOMEM;
-    const struct attn_ctx c = {kern, q, k_cache, v_cache, q_stride, M, H, H / KV, D, cap, past, past + M, scale, out};
+    const struct attn_ctx c = {kern, q, k_cache, v_cache, q_stride, M, H, group, parts, part_heads, D, cap, past,
+                               past + M, batch_rows, scale, out};
     const struct sf_job jb = {attn_share, &c, shares};
     sf_run_job(&jb);
     return SF_OK;

@@ -91,32 +91,84 @@ static void layer_rope(float *x, int64_t heads, int64_t D, const float *cos, con
     }
 }
 
-/* One query row against keys / values [L, D] of its key-value head: softmax(q k^T * scale) v.
- * `s` holds L floats of scratch; D a multiple of SF_LANES. */
-static void layer_attend(const float *q, const float *keys, const float *values, int64_t L, int64_t D,
-                         float scale, float *s, float *out) {
-    float top = -INFINITY;
-    for (int64_t t = 0; t < L; t++) {
-        const float *k = keys + t * D;
+/* Keys (and values) a block of the cache holds: 32 of D = 128 floats, 16 KB, stay in L1 while
+ * every query of the call passes over them. */
+#define SF_ATTEND_BLOCK 32
+/* Keys one query meets at once: their partial sums stay in registers beside the query's. */
+#define SF_ATTEND_KEYS 4
+
+/* s[t] = (q . keys[t]) * scale for t in [t0, t1): SF_LANES partial sums a key over d in
+ * order, then lanes_sum, as one key at a time would; SF_ATTEND_KEYS keys share each load of q. */
+static inline void attend_scores(const float *q, const float *keys, int64_t t0, int64_t t1, int64_t D,
+                                 float scale, float *s) {
+    int64_t t = t0;
+    for (; t + SF_ATTEND_KEYS <= t1; t += SF_ATTEND_KEYS) {
+        float acc[SF_ATTEND_KEYS][SF_LANES] = {{0}};
+        for (int64_t d = 0; d < D; d += SF_LANES)
+            for (int j = 0; j < SF_ATTEND_KEYS; j++)
+                for (int l = 0; l < SF_LANES; l++) acc[j][l] += q[d + l] * keys[(t + j) * D + d + l];
+        for (int j = 0; j < SF_ATTEND_KEYS; j++) s[t + j] = lanes_sum(acc[j]) * scale;
+    }
+    for (; t < t1; t++) {
         float acc[SF_LANES] = {0};
         for (int64_t d = 0; d < D; d += SF_LANES)
-            for (int l = 0; l < SF_LANES; l++) acc[l] += q[d + l] * k[d + l];
+            for (int l = 0; l < SF_LANES; l++) acc[l] += q[d + l] * keys[t * D + d + l];
         s[t] = lanes_sum(acc) * scale;
-        top = s[t] > top ? s[t] : top;
     }
-    for (int64_t t = 0; t < L; t++) s[t] = sf_exp(s[t] - top);
-    float acc[SF_LANES] = {0};
-    int64_t t = 0;
-    for (; t + SF_LANES <= L; t += SF_LANES)
-        for (int l = 0; l < SF_LANES; l++) acc[l] += s[t + l];
-    for (int l = 0; t < L; t++, l++) acc[l] += s[t];
-    const float total = lanes_sum(acc);
-    for (int64_t d = 0; d < D; d++) out[d] = 0.0f;
-    for (int64_t u = 0; u < L; u++) {
-        const float p = s[u], *v = values + u * D;
-        for (int64_t d = 0; d < D; d++) out[d] += p * v[d];
+}
+
+/* out += sum over u in [u0, u1), in order, of p[u] * values[u]: a slice of out stays in
+ * registers across the values, each element summed in the same order as one at a time. */
+static inline void attend_values(const float *p, const float *values, int64_t u0, int64_t u1, int64_t D,
+                                 float *out) {
+    for (int64_t d = 0; d < D; d += SF_LANES) {
+        float o[SF_LANES];
+        for (int l = 0; l < SF_LANES; l++) o[l] = out[d + l];
+        for (int64_t u = u0; u < u1; u++)
+            for (int l = 0; l < SF_LANES; l++) o[l] += p[u] * values[u * D + d + l];
+        for (int l = 0; l < SF_LANES; l++) out[d + l] = o[l];
     }
-    for (int64_t d = 0; d < D; d++) out[d] = out[d] / total;
+}
+
+/* n query vectors against keys / values [.., D] of one key-value head, query i over the
+ * first L[i] positions: out[i] = softmax(q[i] k^T * scale) v. `s` holds n rows of `span`
+ * floats of scratch (span >= every L[i]); D a multiple of SF_LANES.
+ * Each query's numbers are those of it alone, operation for operation: every sum runs in
+ * the order one query at a time would run it. The cache is read a block at a time for all
+ * n queries (a verify of 8 target rows has 48 a key-value head) instead of once per query:
+ * on an AMD EPYC, Zen 4, one query at a time was 10 % of an 8-row feed and 14 % of a
+ * 1,000-token prefill in 16-row chunks (perf). */
+static void layer_attend(const float *const *q, const int64_t *L, int64_t n, const float *keys,
+                         const float *values, int64_t D, float scale, float *s, int64_t span,
+                         float *const *out) {
+    int64_t most = 0;
+    for (int64_t i = 0; i < n; i++) most = L[i] > most ? L[i] : most;
+    for (int64_t t0 = 0; t0 < most; t0 += SF_ATTEND_BLOCK)
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t t1 = t0 + SF_ATTEND_BLOCK < L[i] ? t0 + SF_ATTEND_BLOCK : L[i];
+            if (t1 > t0) attend_scores(q[i], keys, t0, t1, D, scale, s + i * span);
+        }
+    for (int64_t i = 0; i < n; i++) {
+        float *si = s + i * span, top = -INFINITY;
+        for (int64_t t = 0; t < L[i]; t++) top = si[t] > top ? si[t] : top;
+        for (int64_t t = 0; t < L[i]; t++) si[t] = sf_exp(si[t] - top);
+        for (int64_t d = 0; d < D; d++) out[i][d] = 0.0f;
+    }
+    for (int64_t u0 = 0; u0 < most; u0 += SF_ATTEND_BLOCK)
+        for (int64_t i = 0; i < n; i++) {
+            const int64_t u1 = u0 + SF_ATTEND_BLOCK < L[i] ? u0 + SF_ATTEND_BLOCK : L[i];
+            if (u1 > u0) attend_values(s + i * span, values, u0, u1, D, out[i]);
+        }
+    for (int64_t i = 0; i < n; i++) {
+        const float *si = s + i * span;
+        float acc[SF_LANES] = {0};
+        int64_t t = 0;
+        for (; t + SF_LANES <= L[i]; t += SF_LANES)
+            for (int l = 0; l < SF_LANES; l++) acc[l] += si[t + l];
+        for (int l = 0; t < L[i]; t++, l++) acc[l] += si[t];
+        const float total = lanes_sum(acc);
+        for (int64_t d = 0; d < D; d++) out[i][d] = out[i][d] / total;
+    }
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
