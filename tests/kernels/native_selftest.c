@@ -163,6 +163,13 @@ static void run_specials(void) {
         if (!sf_variant_supported(v)) check(sf_set_variant(v) == -1, "set_variant refuses what the CPU lacks", 0, sf_variant_name(v), 0, 0, 0);
 }
 
+/* Random queries and new keys / values, and a rotary table, for sf_attention. */
+static void attention_inputs(float *q, int nq, float *kv, int nkv, float *cs, float *sn, int nrot) {
+    for (int i = 0; i < nq; i++) q[i] = rnd_normal();
+    for (int i = 0; i < nkv; i++) kv[i] = rnd_normal();
+    for (int i = 0; i < nrot; i++) cs[i] = cosf((float)i * 0.01f), sn[i] = sinf((float)i * 0.01f);
+}
+
 /* The float steps of a layer (layer_body.h, compiled per variant): every variant's bits are
  * the reference's, whatever M (rows are independent). */
 static void run_layer_ops(void) {
@@ -174,9 +181,7 @@ static void run_layer_ops(void) {
     for (int i = 0; i < M * K; i++) x[i] = rnd_normal() * 4.0f;
     for (int i = 0; i < K; i++) w[i] = rnd_normal();
     for (int i = 0; i < M * 2 * F; i++) gu[i] = rnd_normal() * 8.0f;
-    for (int i = 0; i < M * H * D; i++) q0[i] = rnd_normal();
-    for (int i = 0; i < M * 2 * KV * D; i++) kv0[i] = rnd_normal();
-    for (int i = 0; i < M * D; i++) cs[i] = cosf((float)i * 0.01f), sn[i] = sinf((float)i * 0.01f);
+    attention_inputs(q0, M * H * D, kv0, M * 2 * KV * D, cs, sn, M * D);
     for (int v = 0; v < SF_NVARIANTS; v++) {
         if (!sf_variant_supported(v)) continue;
         sf_set_variant(v);
@@ -222,9 +227,7 @@ static void run_attention_split(void) {
     enum { M = 3, H = 4, KV = 2, D = 64, CAP = 1100, PAST = 1090 };
     static float q0[M * H * D], kv0[M * 2 * KV * D], cs[M * D], sn[M * D], q[M * H * D], kv[M * 2 * KV * D];
     static float kc[KV * CAP * D], vc[KV * CAP * D], att[2][M * H * D];
-    for (int i = 0; i < M * H * D; i++) q0[i] = rnd_normal();
-    for (int i = 0; i < M * 2 * KV * D; i++) kv0[i] = rnd_normal();
-    for (int i = 0; i < M * D; i++) cs[i] = cosf((float)i * 0.01f), sn[i] = sinf((float)i * 0.01f);
+    attention_inputs(q0, M * H * D, kv0, M * 2 * KV * D, cs, sn, M * D);
     for (int v = 0; v < SF_NVARIANTS; v++) {
         if (!sf_variant_supported(v)) continue;
         sf_set_variant(v);
