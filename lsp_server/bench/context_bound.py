@@ -35,8 +35,9 @@ from typing import Any, Callable, Sequence
 
 from lsp_server.bench.quality_spots import PACKAGES, QualitySpot, cut_spots, score
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
+from lsp_server.context.cross_file import query_text
 from lsp_server.context.snippets import (Chunk, SourceFile, identifiers, imported_definitions, jaccard,
-                                         windows)
+                                         overlaps, package_chunks, pick_chunks, windows)
 
 CONDITIONS = ("file", "retrieved", "package", "oracle")
 TARGET_POINTS = 8.0  # issue 48: exact match with the package's files open >= the file alone + 8
@@ -69,7 +70,7 @@ def oracle_chunks(current: SourceFile, window_text: str, query: str, expected: s
     wanted = identifiers(expected)
     new = wanted - identifiers(window_text)
     like = identifiers(query + "\n" + expected)
-    candidates = [c for c in imported_definitions(current, others)]
+    candidates = imported_definitions(current, others)
     candidates += [Chunk(o.path, start, text, "similar") for o in others for start, text in windows(o.text)]
     ranked = []
     for chunk in candidates:
@@ -81,8 +82,7 @@ def oracle_chunks(current: SourceFile, window_text: str, query: str, expected: s
     chosen: list[Chunk] = []
     used = 0
     for _, chunk in ranked:
-        if any(c.path == chunk.path and c.start_line <= chunk.start_line + chunk.text.count("\n")
-               and chunk.start_line <= c.start_line + c.text.count("\n") for c in chosen):
+        if overlaps(chunk, chosen):
             continue
         cost = count_tokens(chunk.text) + 8  # the file separator and path, as pick_chunks counts
         if used + cost <= budget_tokens:
@@ -100,9 +100,6 @@ def _source(path: str, parse: Callable[[bytes], Any] | None) -> SourceFile:
 
 def _chunks(condition: str, spot: QualitySpot, current: SourceFile, others: list[SourceFile],
             window_text: str, budget: int, count: Callable[[str], int]) -> list[Chunk]:
-    from lsp_server.context.cross_file import query_text
-    from lsp_server.context.snippets import package_chunks, pick_chunks
-
     if condition == "file":
         return []
     if condition == "retrieved":

@@ -343,7 +343,8 @@ def package_chunks(others: Sequence[SourceFile], budget_tokens: int,
 # --- filling the budget -------------------------------------------------------------------
 
 
-def _overlaps(chunk: Chunk, chosen: Sequence[Chunk]) -> bool:
+def overlaps(chunk: Chunk, chosen: Sequence[Chunk]) -> bool:
+    """Whether `chunk` shares a line of its file with any of `chosen`."""
     end = chunk.start_line + chunk.text.count("\n")
     return any(c.path == chunk.path and c.start_line <= end
                and chunk.start_line <= c.start_line + c.text.count("\n") for c in chosen)
@@ -368,7 +369,7 @@ def pick_chunks(
     chosen: list[Chunk] = []
     used = 0
     for chunk in candidates:
-        if _overlaps(chunk, chosen):
+        if overlaps(chunk, chosen):
             continue
         cost = count_tokens(chunk.text) + 8  # the file separator and path
         if used + cost > budget_tokens:
