@@ -36,8 +36,8 @@ from typing import Any, Callable, Sequence
 from lsp_server.bench.quality_spots import PACKAGES, QualitySpot, cut_spots, score
 from lsp_server.bench.report import machine_info, markdown_table, plain_args, write_json
 from lsp_server.context.cross_file import query_text
-from lsp_server.context.snippets import (Chunk, SourceFile, identifiers, imported_definitions, jaccard,
-                                         overlaps, package_chunks, pick_chunks, windows)
+from lsp_server.context.snippets import (Chunk, SourceFile, fill_budget, identifiers, imported_definitions,
+                                         jaccard, package_chunks, pick_chunks, windows)
 
 CONDITIONS = ("file", "retrieved", "package", "oracle")
 TARGET_POINTS = 8.0  # issue 48: exact match with the package's files open >= the file alone + 8
@@ -66,7 +66,7 @@ def oracle_chunks(current: SourceFile, window_text: str, query: str, expected: s
     first by the answer's identifiers a chunk holds that `window_text` (the file's own
     prompt) lacks, then by all the answer's identifiers it holds, then by Jaccard likeness
     to `query` + the answer. A chunk holding none of the answer's identifiers is left out.
-    Ordered by (path, line), as the server orders its chunks."""
+    The budget is filled as the server fills it (snippets.fill_budget)."""
     wanted = identifiers(expected)
     new = wanted - identifiers(window_text)
     like = identifiers(query + "\n" + expected)
@@ -79,16 +79,7 @@ def oracle_chunks(current: SourceFile, window_text: str, query: str, expected: s
         if key[1]:
             ranked.append((key, chunk))
     ranked.sort(key=lambda kc: kc[0], reverse=True)
-    chosen: list[Chunk] = []
-    used = 0
-    for _, chunk in ranked:
-        if overlaps(chunk, chosen):
-            continue
-        cost = count_tokens(chunk.text) + 8  # the file separator and path, as pick_chunks counts
-        if used + cost <= budget_tokens:
-            chosen.append(chunk)
-            used += cost
-    return sorted(chosen, key=lambda c: (c.path, c.start_line))
+    return fill_budget((chunk for _, chunk in ranked), budget_tokens, count_tokens)
 
 
 # -- the run ------------------------------------------------------------------------------

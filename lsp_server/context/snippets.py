@@ -343,7 +343,7 @@ def package_chunks(others: Sequence[SourceFile], budget_tokens: int,
 # --- filling the budget -------------------------------------------------------------------
 
 
-def overlaps(chunk: Chunk, chosen: Sequence[Chunk]) -> bool:
+def _overlaps(chunk: Chunk, chosen: Sequence[Chunk]) -> bool:
     """Whether `chunk` shares a line of its file with any of `chosen`."""
     end = chunk.start_line + chunk.text.count("\n")
     return any(c.path == chunk.path and c.start_line <= end
@@ -366,10 +366,17 @@ def pick_chunks(
         found = [best_window(q, o) for o in others]
         candidates += sorted((c for c in found if c is not None and c.score >= MIN_SIMILARITY),
                              key=lambda c: -c.score)
+    return fill_budget(candidates, budget_tokens, count_tokens)
+
+
+def fill_budget(ranked: Iterable[Chunk], budget_tokens: int, count_tokens: CountTokens) -> list[Chunk]:
+    """The chunks of `ranked`, best first, that fit `budget_tokens` (each counted with a few
+    tokens for its file header) without sharing a line with one taken before; ordered by
+    (path, line), a stable order whatever the scores."""
     chosen: list[Chunk] = []
     used = 0
-    for chunk in candidates:
-        if overlaps(chunk, chosen):
+    for chunk in ranked:
+        if _overlaps(chunk, chosen):
             continue
         cost = count_tokens(chunk.text) + 8  # the file separator and path
         if used + cost > budget_tokens:
