@@ -19,11 +19,16 @@ from .drafters import Draft
 # A free draft after a match this long is priced apart from one after a shorter match: a
 # long match names its context, a short one (a name, a bracket) often continues elsewhere.
 LONG_MATCH = 8
-# Position acceptance before a context has any record (Controller.free_acceptance): what
-# two `bench speculation` runs remembered (AMD EPYC, AVX-512): after long matches 0.97 and
-# 0.98, after short ones 0.57-0.60. A prior of 0.6 for both kept a forced-AVX2 server,
-# whose verifies are steep, from ever trying a 51-token run the other server took whole.
-FREE_PRIOR = {"long": 0.9, "short": 0.6}
+# Position acceptance of a free draft before its context has a record (Controller.
+# free_acceptance), by source and match (price_key). What two `bench speculation` runs
+# remembered (AMD EPYC Zen 4, 2026-12-07, AVX-512 and forced AVX2): the pool after long
+# matches 0.96 and 0.97, prompt lookup (n-grams of 2-4 tokens: always short) 0.73 and 0.66,
+# the pool after short matches 0.0 in both: a short tail of another file (a name, a
+# bracket) continues elsewhere. A shared prior of 0.6 for short matches had every line's
+# first round verify up to 8 rows of such a pool draft (lines 0.93x off / adaptive). Long
+# matches get 0.9, not 0.6: 0.6 kept a forced-AVX2 server, whose verifies are steep, from
+# ever trying a 51-token pool run the other server took whole.
+FREE_PRIOR = {"pool_long": 0.9, "pool_short": 0.1, "lookup_long": 0.9, "lookup_short": 0.6}
 
 @dataclass(frozen=True)
 class Offer:
@@ -60,8 +65,8 @@ def pick_free(offers: Sequence[Offer], controller: Controller, model_k: int, *,
     other = tokens_per_s(costs, model_k, controller.acceptance) if model_k > 0 else 0.0
     best, best_rate = None, max(other, tokens_per_s(costs, 0, 1.0))
     for offer in offers:
-        acceptance = controller.free_acceptance(price_key(offer.draft.source, offer.match),
-                                                FREE_PRIOR[_bucket(offer.match)])
+        key = price_key(offer.draft.source, offer.match)
+        acceptance = controller.free_acceptance(key, FREE_PRIOR[key])
         keep, rate = free_length(costs, len(offer.draft.tokens), acceptance)
         if keep and rate > best_rate:
             best, best_rate = Draft(offer.draft.source, offer.draft.tokens[:keep], match=offer.match), rate

@@ -32,15 +32,26 @@ def test_a_free_draft_is_cut_where_one_more_token_stops_paying():
 
 def test_a_free_draft_beats_the_model_and_runs_long_after_a_long_match_or_a_good_record():
     c = controller()
-    short = [offer("pool", 10, match=5), offer("lookup", 3, match=3)]
+    short = [offer("lookup", 10, match=3), offer("pool", 3, match=5)]
     picked = pick_free(short, c, model_k=4, min_match=3, trusted=set())
-    assert picked is not None and picked.source == "pool"
-    assert 3 <= len(picked.tokens) < 10  # at the short-match prior of 0.6 the tenth row does not pay
+    assert picked is not None and picked.source == "lookup"
+    assert 3 <= len(picked.tokens) < 10  # at lookup's prior of 0.6 the tenth row does not pay
     long = pick_free([offer("pool", 10, match=20)], c, model_k=4, min_match=3, trusted=set())
     assert len(long.tokens) == 10  # at the long-match prior of 0.9 it does
     for _ in range(3):
-        c.observe(drafted=10, accepted=10, target_entropy=None, model=False, source="pool_short")
+        c.observe(drafted=10, accepted=10, target_entropy=None, model=False, source="lookup_short")
     assert len(pick_free(short, c, model_k=4, min_match=3, trusted=set()).tokens) == 10
+
+
+def test_a_short_pool_match_waits_for_a_record_before_it_is_verified():
+    """Another file's short tail (a name, a bracket) rarely continues the same way here:
+    priced at its prior, it gives way to the model, and a record of hits brings it back."""
+    c = controller()
+    short_pool = [offer("pool", 8, match=5)]
+    assert pick_free(short_pool, c, model_k=4, min_match=3, trusted={"pool"}) is None
+    for _ in range(3):
+        c.observe(drafted=8, accepted=8, target_entropy=None, model=False, source="pool_short")
+    assert len(pick_free(short_pool, c, model_k=4, min_match=3, trusted={"pool"}).tokens) == 8
 
 
 def test_a_free_source_that_keeps_missing_gives_way_to_the_model():
