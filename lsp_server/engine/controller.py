@@ -12,7 +12,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from .costs import RowCosts, best_k
+from .costs import Odds, RowCosts, best_k
 from .types import DraftPolicy
 
 ENTROPY_EMA = 0.5  # weight of the newest round's mean target entropy
@@ -23,7 +23,7 @@ PRIOR_TOKENS = 8
 PRIOR_ACCEPTANCE = 0.8
 # The same for a free draft (prompt lookup, the pool), per source: right less often than the
 # model (130 of 279 lookup tokens in one `bench engine` run), but costing no draft step.
-FREE_PRIOR_ACCEPTANCE = 0.6
+FREE_PRIOR_ODDS = Odds(0.6, 0.6)
 # Generated lengths remembered per context: what the next answer there will likely need.
 LENGTHS_KEPT = 16
 
@@ -38,8 +38,8 @@ class ContextMemory:
     # 501 in one `bench engine` run): accepted tokens, and rounds cut at a rejected token.
     model_accepted: int = 0
     model_rejected: int = 0
-    # Free drafts per source: [accepted, rounds cut at a rejected token].
-    free: dict[str, list[int]] = field(default_factory=dict)
+    # Free drafts per source (draft_choice.price_key)
+    free: dict[str, "FreeRecord"] = field(default_factory=dict)
 
     @property
     def mean_accepted(self) -> float:
@@ -56,6 +56,40 @@ def position_acceptance(accepted: int, rejected: int) -> float | None:
     cost model drafted less, and on fewer requests, than paid."""
     seen = accepted + rejected
     return accepted / seen if seen else None
+
+
+@dataclass
+class FreeRecord:
+    """A free source's verified positions (costs.Odds): its first token, and those after a
+    token it got right; the positions after a rejection were never judged."""
+
+    first_hit: int = 0
+    first_miss: int = 0
+    later_hit: int = 0
+    later_miss: int = 0
+
+    def add(self, drafted: int, accepted: int) -> None:
+        if drafted <= 0:
+            return
+        self.first_hit += accepted > 0
+        self.first_miss += accepted == 0
+        self.later_hit += max(0, accepted - 1)
+        self.later_miss += 0 < accepted < drafted
+
+    @property
+    def position_acceptance(self) -> float | None:
+        return position_acceptance(self.first_hit + self.later_hit, self.first_miss + self.later_miss)
+
+    def odds(self, prior: Odds, weight: float) -> Odds:
+        """These records pulled towards `prior`, worth `weight` judged positions of each kind."""
+        return Odds((self.first_hit + weight * prior.first) / (self.first_hit + self.first_miss + weight),
+                    (self.later_hit + weight * prior.later) / (self.later_hit + self.later_miss + weight))
+
+    def measured(self, default: Odds, least: int) -> Odds:
+        """Each rate as recorded once it has `least` judged positions, else `default`'s."""
+        first, later = self.first_hit + self.first_miss, self.later_hit + self.later_miss
+        return Odds(self.first_hit / first if first >= least else default.first,
+                    self.later_hit / later if later >= least else default.later)
 
 
 @dataclass
@@ -88,19 +122,15 @@ class AcceptanceMemory:
                 m.model_accepted += accepted
                 m.model_rejected += accepted < drafted
             elif source:
-                seen = m.free.setdefault(source, [0, 0])
-                seen[0] += accepted
-                seen[1] += accepted < drafted
+                m.free.setdefault(source, FreeRecord()).add(drafted, accepted)
 
-    def free_prior(self, context: str, source: str, default: float = FREE_PRIOR_ACCEPTANCE) -> float:
-        """A free source's position acceptance in this context once it has PRIOR_TOKENS
-        judged positions, else `default`."""
+    def free_prior(self, context: str, source: str, default: Odds = FREE_PRIOR_ODDS) -> Odds:
+        """A free source's odds in this context, each once it has PRIOR_TOKENS judged
+        positions, else `default`'s."""
         with self.lock:
             m = self.by_context.get(context)
-            accepted, rejected = m.free.get(source, (0, 0)) if m else (0, 0)
-        if accepted + rejected < PRIOR_TOKENS:
-            return default
-        return position_acceptance(accepted, rejected)
+            record = m.free.get(source) if m else None
+            return default if record is None else record.measured(default, PRIOR_TOKENS)
 
     def suggested_k(self, policy: DraftPolicy, min_rounds: int = 8) -> int:
         """Start where this context's past rounds say the draft is usually right."""
@@ -119,7 +149,8 @@ class AcceptanceMemory:
                     "model_positions": m.model_accepted + m.model_rejected,
                     "model_position_acceptance": position_acceptance(m.model_accepted, m.model_rejected),
                     "free_position_acceptance": {
-                        source: position_acceptance(*seen) for source, seen in m.free.items()}}
+                        source: seen.position_acceptance for source, seen in m.free.items()},
+                    "free_records": {source: vars(seen).copy() for source, seen in m.free.items()}}
                 for c, m in self.by_context.items()
             }
 
@@ -142,7 +173,7 @@ class Controller:
         prior = memory.snapshot().get(policy.context) if memory is not None else None
         seen = prior["model_positions"] if prior else 0
         self.prior = prior["model_position_acceptance"] if seen >= PRIOR_TOKENS else PRIOR_ACCEPTANCE
-        self.free_seen: dict[str, list[int]] = {}  # this request's [accepted, rejected] per free source
+        self.free_seen: dict[str, FreeRecord] = {}  # this request's, per free source
 
     @property
     def entropy_switching(self) -> bool:
@@ -163,12 +194,11 @@ class Controller:
         its own acceptance (free_acceptance)."""
         return self.policy.mode != "off" and self.policy.k_max > 0
 
-    def free_acceptance(self, source: str, default: float = FREE_PRIOR_ACCEPTANCE) -> float:
-        """How often this free source is right at a verified position in this request,
-        pulled towards the context's record of it (or the free prior)."""
-        accepted, rejected = self.free_seen.get(source, (0, 0))
+    def free_acceptance(self, source: str, default: Odds = FREE_PRIOR_ODDS) -> Odds:
+        """This free source's odds in this request, pulled towards the context's record of
+        it (or the free prior)."""
         prior = self.memory.free_prior(self.policy.context, source, default) if self.memory else default
-        return (accepted + PRIOR_TOKENS * prior) / (accepted + rejected + PRIOR_TOKENS)
+        return self.free_seen.get(source, FreeRecord()).odds(prior, PRIOR_TOKENS)
 
     def next_k(self) -> int:
         """The heuristic's k, capped by the k that the measured round costs say pays most
@@ -196,9 +226,7 @@ class Controller:
             self.model_accepted += accepted
             self.model_rejected += accepted < drafted
         elif drafted and source:
-            seen = self.free_seen.setdefault(source, [0, 0])
-            seen[0] += accepted
-            seen[1] += accepted < drafted
+            self.free_seen.setdefault(source, FreeRecord()).add(drafted, accepted)
         if drafted and self.memory is not None:
             self.memory.record(p.context, drafted, accepted, model, source)
         if drafted and model and p.mode == "adaptive":

@@ -3,7 +3,7 @@ the draft model's, by the tokens per second each is expected to give.
 
 A free draft costs no draft step, only the verify's extra rows, so it may run longer than
 any k the model drafts; its length is cut where one more token stops paying at its source's
-acceptance (costs.free_length). The draft model's round is priced as the controller prices
+odds (costs.free_length). The draft model's round is priced as the controller prices
 it (costs.tokens_per_s at its k); a plain round as one target step.
 """
 
@@ -13,22 +13,23 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .controller import Controller
-from .costs import free_length, tokens_per_s
+from .costs import Odds, free_length, tokens_per_s
 from .drafters import Draft
 
 # A free draft after a match this long is priced apart from one after a shorter match: a
 # long match names its context, a short one (a name, a bracket) often continues elsewhere.
 LONG_MATCH = 8
-# Position acceptance of a free draft before its context has a record (Controller.
+# A free draft's odds (costs.Odds) before its context has a record (Controller.
 # free_acceptance), by source and match (price_key). What two `bench speculation` runs
-# remembered (AMD EPYC Zen 4, 2026-12-07, AVX-512 and forced AVX2): the pool after long
-# matches 0.96 and 0.97, prompt lookup (n-grams of 2-4 tokens: always short) 0.73 and 0.66,
-# the pool after short matches 0.0 in both: a short tail of another file (a name, a
-# bracket) continues elsewhere. A shared prior of 0.6 for short matches had every line's
+# remembered (AMD EPYC Zen 4, 2026-12-07, AVX-512 and forced AVX2), at all positions: the
+# pool after long matches 0.96 and 0.97, prompt lookup (n-grams of 2-4 tokens: always short)
+# 0.73 and 0.66, the pool after short matches 0.0 in both: a short tail of another file (a
+# name, a bracket) continues elsewhere. A shared 0.6 for short matches had every line's
 # first round verify up to 8 rows of such a pool draft (lines 0.93x off / adaptive). Long
-# matches get 0.9, not 0.6: 0.6 kept a forced-AVX2 server, whose verifies are steep, from
-# ever trying a 51-token pool run the other server took whole.
-FREE_PRIOR = {"pool_long": 0.9, "pool_short": 0.1, "lookup_long": 0.9, "lookup_short": 0.6}
+# matches start at 0.9, not 0.6: 0.6 kept a forced-AVX2 server, whose verifies are steep,
+# from ever trying a 51-token pool run the other server took whole.
+FREE_PRIOR = {"pool_long": Odds(0.9, 0.97), "pool_short": Odds(0.1, 0.9),
+              "lookup_long": Odds(0.9, 0.97), "lookup_short": Odds(0.6, 0.85)}
 
 @dataclass(frozen=True)
 class Offer:
@@ -66,8 +67,8 @@ def pick_free(offers: Sequence[Offer], controller: Controller, model_k: int, *,
     best, best_rate = None, max(other, tokens_per_s(costs, 0, 1.0))
     for offer in offers:
         key = price_key(offer.draft.source, offer.match)
-        acceptance = controller.free_acceptance(key, FREE_PRIOR[key])
-        keep, rate = free_length(costs, len(offer.draft.tokens), acceptance)
+        odds = controller.free_acceptance(key, FREE_PRIOR[key])
+        keep, rate = free_length(costs, len(offer.draft.tokens), odds)
         if keep and rate > best_rate:
             best, best_rate = Draft(offer.draft.source, offer.draft.tokens[:keep], match=offer.match), rate
     return best

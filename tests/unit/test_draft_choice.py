@@ -4,7 +4,7 @@ tokens per second each is expected to give at the measured costs."""
 from __future__ import annotations
 
 from lsp_server.engine.controller import AcceptanceMemory, Controller
-from lsp_server.engine.costs import RowCosts, free_length, verify_s
+from lsp_server.engine.costs import Odds, RowCosts, free_expected, free_length, verify_s
 from lsp_server.engine.draft_choice import Offer, pick_free
 from lsp_server.engine.drafters import Draft
 from lsp_server.engine.types import DraftPolicy
@@ -26,8 +26,19 @@ def test_verify_cost_carries_the_timed_slope_past_the_rows_timed():
 
 
 def test_a_free_draft_is_cut_where_one_more_token_stops_paying():
-    assert free_length(FLAT, 12, 0.95)[0] == 12  # right almost always: verify it all
-    assert free_length(FLAT, 12, 0.02)[0] == 0  # almost never: a plain step is better
+    assert free_length(FLAT, 12, Odds(0.95, 0.95))[0] == 12  # right almost always: verify it all
+    assert free_length(FLAT, 12, Odds(0.02, 0.02))[0] == 0  # almost never: a plain step is better
+
+
+def test_a_copy_that_runs_on_once_right_is_verified_further_than_one_rate_allows():
+    """The same chance at the first token; a copy whose next tokens follow once it is right
+    is worth more rows than a geometric run at that chance."""
+    steep = RowCosts(target=(1.0, 1.2, 1.4, 1.6, 1.8), draft=0.3)
+    geometric = free_length(steep, 12, Odds(0.7, 0.7))[0]
+    runs_on = free_length(steep, 12, Odds(0.7, 0.97))[0]
+    assert runs_on > geometric
+    assert free_expected(0, Odds(0.7, 0.97)) == 1.0
+    assert abs(free_expected(2, Odds(0.5, 0.8)) - (1 + 0.5 * 1.8)) < 1e-12
 
 
 def test_a_free_draft_beats_the_model_and_runs_long_after_a_long_match_or_a_good_record():
@@ -58,10 +69,19 @@ def test_a_free_source_that_keeps_missing_gives_way_to_the_model():
     c = controller()
     for _ in range(10):
         c.observe(drafted=8, accepted=0, target_entropy=None, model=False, source="pool_long")
-    assert c.free_acceptance("pool_long") < 0.2
+    assert c.free_acceptance("pool_long").first < 0.2
     assert pick_free([offer("pool", 10)], c, model_k=4, min_match=3, trusted={"pool"}) is None
     # and it is remembered for the context's next request
-    assert controller_with(c.memory).free_acceptance("pool_long") < 0.2
+    assert controller_with(c.memory).free_acceptance("pool_long").first < 0.2
+
+
+def test_a_round_records_its_first_token_apart_from_the_run_after_it():
+    c = controller()
+    c.observe(drafted=8, accepted=0, target_entropy=None, model=False, source="lookup_short")
+    c.observe(drafted=8, accepted=8, target_entropy=None, model=False, source="lookup_short")
+    c.observe(drafted=8, accepted=3, target_entropy=None, model=False, source="lookup_short")
+    record = c.memory.snapshot()["c"]["free_records"]["lookup_short"]
+    assert record == {"first_hit": 2, "first_miss": 1, "later_hit": 9, "later_miss": 1}
 
 
 def controller_with(memory: AcceptanceMemory) -> Controller:
