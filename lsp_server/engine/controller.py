@@ -100,15 +100,23 @@ class AcceptanceMemory:
     lengths: dict[str, deque] = field(default_factory=dict)  # generated tokens of recent requests
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record_length(self, context: str, generated: int) -> None:
+    def record_length(self, key: str, generated: int) -> None:
+        """One answer's length under `key` (length_key: its context and stop rule)."""
         with self.lock:
-            self.lengths.setdefault(context, deque(maxlen=LENGTHS_KEPT)).append(generated)
+            self.lengths.setdefault(key, deque(maxlen=LENGTHS_KEPT)).append(generated)
 
-    def typical_length(self, context: str) -> float | None:
-        """The median length of this context's recent answers; None before any."""
+    def typical_length(self, key: str) -> float | None:
+        """The median length of this key's recent answers; None before any."""
         with self.lock:
-            kept = self.lengths.get(context)
+            kept = self.lengths.get(key)
             return statistics.median(kept) if kept else None
+
+    def remaining(self, key: str, generated: int) -> float | None:
+        """How many more tokens an answer that has `generated` will likely take: the mean
+        rest of this key's recent answers that were longer; None when none was (no guess)."""
+        with self.lock:
+            rest = [n - generated for n in self.lengths.get(key, ()) if n > generated]
+        return statistics.fmean(rest) if rest else None
 
     def record(self, context: str, drafted: int, accepted: int, model: bool = True,
                source: str = "") -> None:
@@ -153,6 +161,12 @@ class AcceptanceMemory:
                     "free_records": {source: vars(seen).copy() for source, seen in m.free.items()}}
                 for c, m in self.by_context.items()
             }
+
+
+def length_key(policy: DraftPolicy) -> str:
+    """What answer lengths are remembered under: the context and where the answer stops (a
+    mid-line cursor's line ends it; a line start's statement or block runs on)."""
+    return f"{policy.context}/{policy.stop.kind}"
 
 
 def clamp(x: int, lo: int, hi: int) -> int:

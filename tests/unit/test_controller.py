@@ -170,6 +170,17 @@ def test_acceptance_memory_keeps_the_median_of_recent_answer_lengths_per_context
     assert memory.typical_length("test") == 100  # only the newest are kept
 
 
+def test_an_answers_likely_rest_is_the_mean_rest_of_the_recent_answers_that_ran_longer() -> None:
+    memory = AcceptanceMemory()
+    assert memory.remaining("c/line", 0) is None  # no answers yet: no guess
+    for n in (6, 6, 9, 30):
+        memory.record_length("c/line", n)
+    assert memory.remaining("c/line", 1) == (5 + 5 + 8 + 29) / 4
+    assert memory.remaining("c/line", 10) == 20
+    assert memory.remaining("c/line", 30) is None  # longer than all of them: no guess
+    assert memory.remaining("c/block", 1) is None  # another stop rule, another record
+
+
 def test_acceptance_counts_the_positions_the_verify_judged_not_the_tokens_after_a_rejection() -> None:
     from lsp_server.engine.controller import PRIOR_TOKENS, position_acceptance
 

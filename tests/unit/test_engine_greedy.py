@@ -196,3 +196,20 @@ def test_the_round_costs_follow_what_the_engines_own_rounds_take(target):
     assert engine.live.measured == measured
     engine.costs = None
     assert engine.costs is None and engine.live is None
+
+
+def test_no_round_drafts_past_where_this_contexts_answers_end(target):
+    """Recent answers under the request's context and stop rule took 4 tokens: a round
+    drafts at most what the answer likely still needs, and the output is unchanged."""
+    from lsp_server.engine.controller import length_key
+
+    engine = SpeculativeEngine(target, target, CharTokenizer(), stop_ids=[])
+    asked = policy(8, n=12)
+    for _ in range(3):
+        engine.memory.record_length(length_key(asked), 4)
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6]
+    result = run(engine, prompt, asked)
+    assert list(result.token_ids) == plain_greedy(target, prompt, 12)
+    first, *rest = result.stats.k_trace
+    assert first <= 2  # 1 token generated of ~4: at most 3 more, one of them the target's own
+    assert max(rest, default=0) == 8  # past every recorded answer: no limit

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -63,7 +64,10 @@ def test_speculative_sampling_matches_target_distribution_and_draft_sampling_doe
     counts: Counter = Counter()
     drafted = accepted = 0
     for i in range(RUNS):
-        final = list(engine.generate(CompletionRequest(f"r{i}", prompt, policy, 1.0, 1.0, i)))[-1]
+        # a context of its own each time: no earlier answer's length caps the draft (a
+        # LENGTH-token answer left after its first token needs no more draft tokens)
+        asked = replace(policy, context=f"t{i}")
+        final = list(engine.generate(CompletionRequest(f"r{i}", prompt, asked, 1.0, 1.0, i)))[-1]
         counts[final.token_ids] += 1
         drafted += final.stats.drafted
         accepted += final.stats.accepted
@@ -101,7 +105,10 @@ def test_speculative_sampling_follows_the_target_with_the_drafts_pruned_head(pai
     counts: Counter = Counter()
     drafted = 0
     for i in range(RUNS):
-        final = list(engine.generate(CompletionRequest(f"r{i}", prompt, policy, 1.0, 1.0, i)))[-1]
+        # a context of its own each time: no earlier answer's length caps the draft (a
+        # LENGTH-token answer left after its first token needs no more draft tokens)
+        asked = replace(policy, context=f"t{i}")
+        final = list(engine.generate(CompletionRequest(f"r{i}", prompt, asked, 1.0, 1.0, i)))[-1]
         counts[final.token_ids] += 1
         drafted += final.stats.drafted
     assert drafted > 0
