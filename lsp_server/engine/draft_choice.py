@@ -20,16 +20,15 @@ from .drafters import Draft
 # long match names its context, a short one (a name, a bracket) often continues elsewhere.
 LONG_MATCH = 8
 # A free draft's odds (costs.Odds) before its context has a record (Controller.
-# free_acceptance), by source and match (price_key). What two `bench speculation` runs
-# remembered (AMD EPYC Zen 4, 2026-12-07, AVX-512 and forced AVX2), at all positions: the
-# pool after long matches 0.96 and 0.97, prompt lookup (n-grams of 2-4 tokens: always short)
-# 0.73 and 0.66, the pool after short matches 0.0 in both: a short tail of another file (a
-# name, a bracket) continues elsewhere. A shared 0.6 for short matches had every line's
-# first round verify up to 8 rows of such a pool draft (lines 0.93x off / adaptive). Long
-# matches start at 0.9, not 0.6: 0.6 kept a forced-AVX2 server, whose verifies are steep,
-# from ever trying a 51-token pool run the other server took whole.
-FREE_PRIOR = {"pool_long": Odds(0.9, 0.97), "pool_short": Odds(0.1, 0.9),
-              "lookup_long": Odds(0.9, 0.97), "lookup_short": Odds(0.6, 0.85)}
+# free_acceptance), by source and match (price_key): what two `bench speculation` runs
+# recorded (AMD EPYC Zen 4, 2026-12-07; first token / after a right one, of all judged):
+# the pool after long matches 59/63 / 456/471, prompt lookup (n-grams of 2-4 tokens: always
+# short) 73/97 / 75/96. The pool after short matches was right at 0.0 of its positions in
+# two earlier runs (a short tail of another file, a name or a bracket, continues
+# elsewhere); a shared prior of 0.6 for short matches had every line's first round verify
+# up to 8 rows of such drafts (lines 0.93x off / adaptive).
+FREE_PRIOR = {"pool_long": Odds(0.93, 0.97), "pool_short": Odds(0.1, 0.9),
+              "lookup_long": Odds(0.93, 0.97), "lookup_short": Odds(0.75, 0.78)}
 
 @dataclass(frozen=True)
 class Offer:

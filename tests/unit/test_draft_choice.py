@@ -46,7 +46,7 @@ def test_a_free_draft_beats_the_model_and_runs_long_after_a_long_match_or_a_good
     short = [offer("lookup", 10, match=3), offer("pool", 3, match=5)]
     picked = pick_free(short, c, model_k=4, min_match=3, trusted=set())
     assert picked is not None and picked.source == "lookup"
-    assert 3 <= len(picked.tokens) < 10  # at lookup's prior of 0.6 the tenth row does not pay
+    assert 3 <= len(picked.tokens) < 10  # at lookup's prior the tenth row does not pay
     long = pick_free([offer("pool", 10, match=20)], c, model_k=4, min_match=3, trusted=set())
     assert len(long.tokens) == 10  # at the long-match prior of 0.9 it does
     for _ in range(3):
