@@ -20,6 +20,7 @@ const struct sf_kernels *sf_kernels_of(int v);
 /* ---- pool.c: one call at a time, split into shares over the pool's threads ---- */
 
 #define SF_MIN_SHARE_VALUES (1 << 18)  /* weights per thread below which fewer threads run */
+#define SF_MAX_THREADS 256            /* the most shares a job has */
 
 /* Share 0 runs on the caller, share i on worker i; fn is called once per share. */
 struct sf_job {

@@ -7,7 +7,8 @@
 #include "specfill_kernels.h"
 
 #define SF_ROW_ALIGN 16           /* rows per unit of the N split: y stays in whole cache lines */
-#define SF_CHUNK_BYTES (128 * 1024)  /* weight bytes per call of a rows kernel within a share */
+#define SF_CHUNK_BYTES (128 * 1024)  /* weight bytes per call of a rows kernel, at most */
+#define SF_CHUNKS_PER_SHARE 8     /* chunks a share at least, where N allows (1 and 32: the same within noise) */
 
 static void *scratch;             /* quantized activations, reused across calls; under the call lock */
 static size_t scratch_cap;
@@ -90,31 +91,62 @@ struct mm_ctx {
     const uint8_t *w;
     size_t wrb, xrb;
     const uint8_t *xq;
-    int64_t N, M, K, units;
+    int64_t N, M, K;
     float *y;
     int64_t ldy;  /* y's row stride */
     int64_t chunk;  /* rows of W per call of fn: a multiple of SF_ROW_ALIGN */
-    int listen;     /* the caller listens for stops: every share checks between its chunks */
+    int listen;     /* the caller listens for stops: every thread checks between its chunks */
 };
 
-/* A share goes over its rows of W in chunks of about SF_CHUNK_BYTES, so that a stop lands
- * within one chunk, not at the end of the product: a 16-row gate/up product of the target
- * takes ~1.3 ms on an AMD EPYC, a chunk ~20 us. Chunks split N only, and every output value
- * is computed by the same instructions whatever the split: no result changes. */
-static void mm_share(const void *p, int s, int ns) {
-    const struct mm_ctx *c = p;
-    const int64_t n0 = c->units * s / ns * SF_ROW_ALIGN;
-    int64_t n1 = c->units * (s + 1) / ns * SF_ROW_ALIGN;
-    if (n1 > c->N) n1 = c->N;
-    for (int64_t a = n0; a < n1; a += c->chunk) {
-        if (c->listen && atomic_load_explicit(&sf_stop_requested, memory_order_relaxed)) return;
-        const int64_t b = a + c->chunk < n1 ? a + c->chunk : n1;
-        c->fn(c->w + (size_t)a * c->wrb, c->wrb, b - a, c->xq, c->xrb, c->M, c->K, c->y + a, c->ldy);
+/* Share s's chunks not yet claimed, [front, back) as front << 32 | back, one cache line each
+ * (set by the caller before the job starts; under the call lock). */
+static struct {
+    _Alignas(64) _Atomic uint64_t span;
+} spans[SF_MAX_THREADS];
+
+/* A chunk from the front (the owner) or the back (a thread done with its own) of a span; -1
+ * where none is left. */
+static int64_t claim(_Atomic uint64_t *span, int front) {
+    uint64_t v = atomic_load_explicit(span, memory_order_relaxed);
+    for (;;) {
+        const uint32_t f = (uint32_t)(v >> 32), b = (uint32_t)v;
+        if (f >= b) return -1;
+        const uint64_t next = front ? v + ((uint64_t)1 << 32) : v - 1;
+        if (atomic_compare_exchange_weak_explicit(span, &v, next, memory_order_relaxed, memory_order_relaxed))
+            return front ? f : b - 1;
     }
 }
 
-static int64_t mm_chunk_rows(size_t wrb) {
+/* Share s takes the chunks of its own slice of N from the front, then those the other shares
+ * have not reached from their backs: on a 2-vCPU VM one thread is often late or slowed (the
+ * Python thread, interrupts, a neighbour), and with fixed slices the other then idled at the
+ * end of every product. perf of 8-row feeds of the target (AMD EPYC, Zen 4, 2 threads): the
+ * pool's waiting (worker_main + sf_run_job) 9.1 % of the time with fixed slices, 5.3 % so.
+ * Each thread still streams its own rows of W in order: with one shared counter instead, so
+ * that the threads' chunks interleaved, feeds of the target were 3-7 % slower than fixed
+ * slices (one interleaved in-process A/B); stealing, feeds take 0.92-1.00x the time of fixed
+ * slices (noise ~3 %).
+ * A stop lands within one chunk, not at the end of the product: a 16-row gate/up product of
+ * the target takes ~1.3 ms on an AMD EPYC, a chunk ~20 us. Chunks split N only, and every
+ * output value is computed by the same instructions whatever the split: no result changes. */
+static void mm_share(const void *p, int s, int ns) {
+    const struct mm_ctx *c = p;
+    for (int v = s, i = 0; i < ns; v = (v + 1) % ns, i++)
+        for (;;) {
+            if (c->listen && atomic_load_explicit(&sf_stop_requested, memory_order_relaxed)) return;
+            const int64_t k = claim(&spans[v].span, v == s);
+            if (k < 0) break;
+            const int64_t a = k * c->chunk, b = a + c->chunk < c->N ? a + c->chunk : c->N;
+            c->fn(c->w + (size_t)a * c->wrb, c->wrb, b - a, c->xq, c->xrb, c->M, c->K, c->y + a, c->ldy);
+        }
+}
+
+/* Rows of W a call of the rows kernel takes: about SF_CHUNK_BYTES of weights, and few enough
+ * that each of `shares` threads gets SF_CHUNKS_PER_SHARE of them to balance with. */
+static int64_t mm_chunk_rows(size_t wrb, int64_t N, int shares) {
     int64_t rows = (int64_t)(SF_CHUNK_BYTES / (wrb ? wrb : 1)) / SF_ROW_ALIGN * SF_ROW_ALIGN;
+    const int64_t even = (N + shares * SF_CHUNKS_PER_SHARE - 1) / (shares * SF_CHUNKS_PER_SHARE);
+    if (shares > 1 && even < rows) rows = (even + SF_ROW_ALIGN - 1) / SF_ROW_ALIGN * SF_ROW_ALIGN;
     return rows < SF_ROW_ALIGN ? SF_ROW_ALIGN : rows;
 }
 
@@ -131,9 +163,13 @@ int sf_matmul_locked(const struct sf_kernels *k, int type, const void *w, int64_
     quantize_acts(k, type, x, M, K, xq);
 
     const size_t wrb = sf_row_bytes(type, K);
-    const struct mm_ctx c = {rows_fn(k, type), w, wrb, xrb, xq, N, M, K, (N + SF_ROW_ALIGN - 1) / SF_ROW_ALIGN,
-                             y, ldy, mm_chunk_rows(wrb), listen};
-    const struct sf_job j = {mm_share, &c, sf_job_shares(N * K / SF_MIN_SHARE_VALUES, c.units)};
+    const int shares = sf_job_shares(N * K / SF_MIN_SHARE_VALUES, (N + SF_ROW_ALIGN - 1) / SF_ROW_ALIGN);
+    const struct mm_ctx c = {rows_fn(k, type), w, wrb, xrb, xq, N, M, K, y, ldy, mm_chunk_rows(wrb, N, shares), listen};
+    const int64_t chunks = (N + c.chunk - 1) / c.chunk;
+    for (int s = 0; s < shares; s++)
+        atomic_store_explicit(&spans[s].span, (uint64_t)(chunks * s / shares) << 32 | (uint64_t)(chunks * (s + 1) / shares),
+                              memory_order_relaxed);  /* published by sf_run_job */
+    const struct sf_job j = {mm_share, &c, shares};
     sf_run_job(&j);
     /* the flag is sticky until sf_clear_stop: set now if any share stopped early */
     return listen && atomic_load(&sf_stop_requested) ? SF_ESTOPPED : SF_OK;

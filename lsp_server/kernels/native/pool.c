@@ -11,7 +11,6 @@
 
 #include "specfill_kernels.h"
 
-#define SF_MAX_THREADS 256
 /* How long an idle worker spins before it sleeps: 50 us by default, so that idle workers
  * soon leave the cores to torch's own threads. sf_set_spin_us lengthens it where torch runs
  * on one thread beside the pool (local_runtime.apply_threads): then, between two products
