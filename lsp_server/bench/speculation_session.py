@@ -122,7 +122,9 @@ async def ask(client: SpecfillClient, step: Step, timeout_s: float) -> dict[str,
         row.update(completion=text, final_s=timings.final_s, first_text_s=timings.first_text_s,
                    **{k: last.get(k) for k in ("context", "generated_tokens", "prefilled_tokens",
                                                  "rounds", "speculative_rounds", "itl_p50_s",
-                                                 "drafters", "known_tokens", "draft_skipped", "k_trace")})
+                                                 "drafters", "known_tokens", "draft_skipped", "draft_catch_up",
+                                                 "catch_ups_skipped", "k_trace", "prefill_s", "draft_s",
+                                                 "verify_s")})
     except asyncio.TimeoutError:
         row["timeout"] = True
     client.close(step.uri)

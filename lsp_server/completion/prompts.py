@@ -104,7 +104,8 @@ def prepare(doc: Document, cursor: Cursor, encoding: str, config: Config, codec:
             plain = codec.render(list(prompt.ids)) + back if others else ""
         request = CompletionRequest(
             request_id, () if codec.render else ids, policy, config.temperature,
-            config.topP, heal="" if codec.render else prompt.heal)
+            config.topP, heal="" if codec.render else prompt.heal,
+            suffix_ids=() if codec.render else prompt.suffix_ids)
         return BackendRequest(request, text, stop_strings(policy), cursor.uri, rebuild=build,
                               plain_text=plain, heal=cut)
 

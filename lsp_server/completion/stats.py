@@ -27,6 +27,7 @@ class _Tally:
     decode_s: float = 0.0
     k_sum: int = 0
     draft_skipped: int = 0  # requests whose draft catch-up would have cost more than it saved
+    catch_ups_skipped: int = 0  # rounds that passed the draft over for a catch-up mid-answer
     drafters: dict[str, dict[str, float]] = field(
         default_factory=lambda: defaultdict(lambda: {"drafted": 0, "accepted": 0, "rounds": 0, "time_s": 0.0}))
     # The newest samples only: a server that runs for weeks must not grow with every token.
@@ -43,6 +44,7 @@ class _Tally:
         self.decode_s += stats.total_s
         self.k_sum += sum(stats.k_trace)
         self.draft_skipped += stats.draft_skipped
+        self.catch_ups_skipped += stats.catch_ups_skipped
         for name, d in stats.drafters.items():
             row = self.drafters[name]
             row["drafted"] += d.drafted
@@ -69,6 +71,7 @@ class _Tally:
                 accepted / self.speculative_rounds if self.speculative_rounds else 0.0),
             "mean_k": self.k_sum / self.speculative_rounds if self.speculative_rounds else 0.0,
             "draft_skipped": self.draft_skipped,
+            "catch_ups_skipped": self.catch_ups_skipped,
             "drafters": {
                 name: {**row, "acceptance_rate": row["accepted"] / row["drafted"] if row["drafted"] else 0.0}
                 for name, row in self.drafters.items()},

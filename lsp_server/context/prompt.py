@@ -114,6 +114,7 @@ class FimPrompt:
     # The line (from the top of the given prefix) the window starts at, when it starts on
     # one: the `anchor_line` to pass for the next prompt of the same document.
     window_line: int | None = None
+    suffix_ids: tuple[int, ...] = ()  # the suffix as the prompt holds it
 
 
 @dataclass
@@ -382,6 +383,7 @@ def build_fim_prompt(
         suffix_end=end,
         heal=heal,
         window_line=_line_number(prefix, start) if start < len(prefix) else None,
+        suffix_ids=tuple(suffix_ids),
     )
 
 

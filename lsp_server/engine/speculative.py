@@ -9,6 +9,7 @@ k = 0 is a plain decoding round through the same code.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections import deque
@@ -22,7 +23,7 @@ from .controller import AcceptanceMemory, Controller, length_key
 from .costs import LiveCosts, RowCosts, draft_pays
 from .detokenize import StreamingText
 from .draft_head import DEFAULT_COMMON
-from .draft_choice import Offer, pick_free, price_key
+from .draft_choice import Offer, pick_free, price_key, rewrites_suffix
 from .drafters import Draft, ModelDrafter, PoolDrafter, PromptLookupDrafter
 from .healing import TokenTexts, mask_to, remaining
 from .lean_step import one_call_rows
@@ -30,6 +31,8 @@ from .lineage import Lineage, best_known
 from .sampling import Sampling, entropy, pick, verify_greedy, verify_sampled
 from .stopping import stop_index
 from .types import CompletionRequest, DraftPolicy, EngineEvent, Finished, Stats, TextDelta
+
+log = logging.getLogger(__name__)
 
 # Lookup proposals are free, but a wrong one still costs a target pass that the draft
 # model might have used better: only trust an n-gram match at least this long.
@@ -40,6 +43,11 @@ LOOKUP_TRIAL_TOKENS = 8
 # call a layer on the native kernels (lean_step.one_call_rows), and the measured costs cut it
 # shorter where the source is often wrong (draft_choice).
 FREE_DRAFT_MAX = 15
+# Tokens the draft model may lack and still draft without its catch-up being priced: they
+# go in one feed, which reads the weights once like a draft step (8 target rows cost 1.7x
+# one row in `bench kernels`, AMD EPYC Zen 4), while the per-token price, timed on 32-row
+# feeds, made 2-5 tokens a lookup round settled look dearer than a line's rounds save.
+CATCH_UP_ROWS = 8
 # Greedy generations remembered for type-through and precomputed answers (lineage.py).
 LINEAGES = 32
 
@@ -104,6 +112,9 @@ class _Run:
     text: StreamingText
     t0: float = field(default_factory=time.perf_counter)
     stop_token: int | None = None  # the end-of-text token that ended it
+    # Plain rounds decoded since the draft model was last passed over for its catch-up
+    # (SpeculativeEngine._catch_up_pays): what not catching up has cost so far.
+    rented: int = 0
 
     @property
     def generated(self) -> list[int]:
@@ -359,6 +370,9 @@ class SpeculativeEngine:
             stats.plain_rounds += 1
         controller.observe(len(draft.tokens), n, h, model=draft.source == "draft",
                            source=price_key(draft.source, draft.match))
+        if draft.tokens:
+            log.debug("%s round %d: %s drafted %d (match %d), %d accepted",
+                      run.request.id, stats.rounds, draft.source, len(draft.tokens), draft.match, n)
         return draft.tokens[:n] + [nxt]
 
     def _draft(
@@ -368,6 +382,10 @@ class SpeculativeEngine:
         else the draft model's k tokens, else none (a plain round)."""
         policy = run.request.policy
         model = None if run.stats.draft_skipped or k <= 0 else self._model_drafter(policy)
+        passed_over = model is not None and not self._catch_up_pays(run, model, controller)
+        if passed_over:
+            run.stats.catch_ups_skipped += 1
+            model = None
         t = time.perf_counter()
         offers = self._free_offers(run, free) if policy.prompt_lookup and free > 0 else []
         draft = pick_free(offers, controller, k if model is not None else 0,
@@ -377,7 +395,9 @@ class SpeculativeEngine:
             run.stats.draft_s += time.perf_counter() - t
             return draft
         if model is None:
+            run.rented += passed_over  # a plain round it might have bettered
             return Draft("plain", [])
+        run.rented = 0
         if model.missing(run.ids) > 1:  # catching up, timed apart from the draft steps
             fed = model.prefill(run.ids, self.options.prefill_chunk, should_abort)
             if self.live is not None:
@@ -392,6 +412,29 @@ class SpeculativeEngine:
         run.stats.draft_s += now - t
         return draft
 
+    def _likely_rest(self, run: _Run) -> float | None:
+        """Tokens this answer likely still needs (AcceptanceMemory.remaining), None: no guess."""
+        return self.memory.remaining(length_key(run.request.policy), len(run.generated))
+
+    def _catch_up_pays(self, run: _Run, model: ModelDrafter, controller: Controller) -> bool:
+        """Whether the draft model is worth bringing up to date, when free drafts and plain
+        rounds have settled tokens since its last round that it must prefill before it
+        proposes again (costs.draft_pays): over the rest this answer likely needs; where
+        that is unknown (it already ran longer than the context's recent answers), once the
+        plain rounds decoded without it have cost what they would have saved (renting until
+        the rent paid equals the price, at most twice the better choice's cost). Why: an
+        editing replay's answers ran on the pool's drafts and ended with a draft round that
+        caught up 50-65 tokens (0.15-0.4 s on an AMD EPYC Zen 4) to propose one token,
+        rejected; `_draft_pays` judges only the request's first catch-up. (Those replay
+        rounds still run where the context's recent answers, blocks among them, ran on.)"""
+        missing, costs = model.missing(run.ids), controller.costs
+        if missing <= CATCH_UP_ROWS or costs is None:
+            return True
+        left = run.request.max_new_tokens - len(run.generated)
+        rest = self._likely_rest(run)
+        tokens = run.rented if rest is None else min(left, rest)
+        return draft_pays(costs, controller.acceptance, missing, tokens, run.request.policy.k_max)
+
     def _worth_drafting(self, run: _Run) -> int:
         """Draft tokens this round can use: past the answer's likely end a verified token is
         only a verify row paid for (a round's own target token comes anyway). The likely end
@@ -399,7 +442,7 @@ class SpeculativeEngine:
         remaining); none did: no limit. Why: a mid-line answer is ~6 tokens, and a pool
         draft of 15 priced as if all of them counted had a line's first round verify 16 rows
         for a 6-token answer (`bench speculation`, AMD EPYC Zen 4: lines 0.87x)."""
-        rest = self.memory.remaining(length_key(run.request.policy), len(run.generated))
+        rest = self._likely_rest(run)
         return max(0, math.ceil(rest) - 1) if rest is not None else 1 << 30
 
     def _draft_pays(self, run: _Run, controller: Controller) -> bool:
@@ -421,7 +464,8 @@ class SpeculativeEngine:
         """What the request's own context (lookup) and earlier requests (the pool) propose."""
         lookup, match = self.lookup.propose(run.ids, limit)
         pooled, pool_match = self.history.propose(run.ids, limit)
-        return [Offer(lookup, match), Offer(pooled, pool_match)]
+        return [o for o in (Offer(lookup, match), Offer(pooled, pool_match))
+                if not rewrites_suffix(o.draft.tokens, run.request.suffix_ids)]
 
     def _trusted(self, run: _Run) -> set[str]:
         """Free sources that may go before the draft model when no costs are measured: a

@@ -55,6 +55,9 @@ class CompletionRequest:
     # A warm that cuts no cached prompt: the whole window filled in behind a cursor's short
     # one, which the requests take until it is done (cache.SlotPool.acquire).
     keep_cached: bool = False
+    # The text after the cursor as the prompt holds it: a free draft that would write it
+    # again is dropped (draft_choice.rewrites_suffix).
+    suffix_ids: tuple[int, ...] = ()
 
     @property
     def max_new_tokens(self) -> int:
@@ -101,6 +104,9 @@ class Stats:
     # catch-up was judged to cost more than drafting saves (then only lookup drafts).
     draft_catch_up: int = 0
     draft_skipped: bool = False
+    # Rounds that passed the draft model over because the tokens it lacked by then (settled by
+    # free drafts and plain rounds) cost more to catch up than it would save on the rest.
+    catch_ups_skipped: int = 0
 
     @property
     def drafted(self) -> int:
@@ -182,6 +188,7 @@ class Stats:
             "known_source": self.known_source,
             "draft_catch_up": self.draft_catch_up,
             "draft_skipped": self.draft_skipped,
+            "catch_ups_skipped": self.catch_ups_skipped,
         }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lsp_server.engine.controller import AcceptanceMemory, Controller
 from lsp_server.engine.costs import Odds, RowCosts, free_expected, free_length, verify_s
-from lsp_server.engine.draft_choice import Offer, pick_free
+from lsp_server.engine.draft_choice import Offer, pick_free, rewrites_suffix
 from lsp_server.engine.drafters import Draft
 from lsp_server.engine.types import DraftPolicy
 
@@ -95,3 +95,11 @@ def test_without_costs_the_longest_trusted_match_goes_first():
     assert pick_free(offers, c, model_k=4, min_match=3, trusted={"lookup"}).source == "lookup"
     assert pick_free([offer("lookup", 4, match=2)], c, model_k=4, min_match=3, trusted={"lookup"}) is None
     assert pick_free([offer("lookup", 4, match=2)], c, model_k=0, min_match=3, trusted=set()) is not None
+
+
+def test_a_free_draft_that_begins_with_the_text_after_the_cursor_is_known_for_it():
+    suffix = (10, 11, 12, 13)
+    assert rewrites_suffix([10, 11, 12], suffix) and rewrites_suffix([10, 11, 12, 99], suffix)
+    # a newline and an indent begin many a right answer: three tokens must agree
+    assert not rewrites_suffix([10, 11], suffix) and not rewrites_suffix([10, 11, 99, 13], suffix)
+    assert not rewrites_suffix([10, 11, 12], ()) and not rewrites_suffix([10, 11, 12], (10, 11))

@@ -213,3 +213,46 @@ def test_no_round_drafts_past_where_this_contexts_answers_end(target):
     first, *rest = result.stats.k_trace
     assert first <= 2  # 1 token generated of ~4: at most 3 more, one of them the target's own
     assert max(rest, default=0) == 8  # past every recorded answer: no limit
+
+
+@pytest.mark.parametrize("catch_up_s, forget_lengths, skipped",
+                         [(10.0, False, True), (1e-4, False, False), (10.0, True, True)])
+def test_a_draft_left_behind_by_free_drafts_catches_up_only_where_the_rest_repays_it(
+        target, catch_up_s, forget_lengths, skipped):
+    """The pool drafts the whole answer again, so the draft model falls behind by every token
+    it settles; a round brings it up only where what it saves on the rest of the answer (the
+    first answer's length says how much is left; forgotten, the plain rounds decoded without
+    it so far, none here) outweighs that catch-up (costs.draft_pays). The output is
+    unchanged either way."""
+    from lsp_server.engine.costs import RowCosts
+
+    engine = SpeculativeEngine(target, tiny_model(seed=2), CharTokenizer(), stop_ids=[])
+    prompt = random.Random(11).choices(range(48), k=30)
+    pol = policy(4, mode="adaptive", lookup=True, n=24)
+    list(engine.generate(CompletionRequest("w", tuple(prompt), replace(pol, max_new_tokens=0))))
+    first = run(engine, prompt, pol, "a")
+    engine.lineages.clear()  # asked again, answered by the rounds, not from the first answer
+    if forget_lengths:
+        engine.memory.lengths.clear()
+    engine.costs = RowCosts(target=(1.0,) * 6, draft=0.01, draft_prefill=catch_up_s)
+    again = run(engine, prompt, pol, "b")
+    assert list(again.token_ids) == list(first.token_ids) == plain_greedy(target, prompt, 24)
+    assert again.stats.drafters["pool"].accepted > 0
+    assert (again.stats.catch_ups_skipped > 0) == skipped
+
+
+def test_a_pool_draft_that_would_write_the_text_after_the_cursor_again_is_not_verified(target):
+    """The pool saw the document whole (an earlier prompt), where the text before the cursor
+    runs into the text after it: asked at the cursor with that text as the request's
+    suffix, the first token's match would propose the suffix itself. It is dropped (without
+    the suffix it is verified), and the output is the same either way."""
+    rng = random.Random(13)
+    prompt, after = rng.choices(range(48), k=30), rng.choices(range(48), k=20)
+    first = plain_greedy(target, prompt, 1)
+    pol = policy(4, lookup=True, n=8)
+    for suffix in (tuple(after), ()):
+        engine = SpeculativeEngine(target, None, CharTokenizer(), stop_ids=[])
+        engine.history.see_prompt(prompt + first + after)
+        final = list(engine.generate(CompletionRequest("r", tuple(prompt), pol, suffix_ids=suffix)))[-1]
+        assert list(final.token_ids) == plain_greedy(target, prompt, 8)
+        assert ("pool" in final.stats.drafters) == (not suffix)

@@ -67,12 +67,14 @@ def test_small_context_is_kept_whole_in_psm_order():
     assert (prompt.prefix, prompt.suffix) == (prefix, suffix)
     assert (prompt.prefix_start, prompt.suffix_end) == (0, len(suffix))
     assert len(prompt.ids) == prompt.prefix_tokens + prompt.suffix_tokens + 3
+    assert prompt.suffix_ids == tuple(bpe_like(suffix))  # what a free draft must not write again
 
 
 def test_spm_order_puts_the_suffix_first():
     prefix, suffix = "x = [", "]\n"
     prompt = build_fim_prompt(prefix, suffix, bpe_like, FIM, ContextBudget(), "spm")
     assert prompt.ids == [-2, *bpe_like(suffix), -1, *bpe_like(prefix), -3]
+    assert prompt.suffix_ids == tuple(bpe_like(suffix))
 
 
 def test_qwen_fim_token_ids():
