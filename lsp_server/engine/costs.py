@@ -126,6 +126,35 @@ def draft_pays(costs: RowCosts, acceptance: float, catch_up: int, tokens: float,
     return tokens * (costs.target[0] - per_token) > catch_up * costs.draft_prefill
 
 
+# Tokens the draft model may lack and still draft without its catch-up being priced: they
+# go in one feed, which reads the weights once like a draft step (8 target rows cost 1.7x
+# one row in `bench kernels`, AMD EPYC Zen 4), while the per-token price, timed on 32-row
+# feeds, made 2-5 tokens a lookup round settled look dearer than a line's rounds save.
+CATCH_UP_ROWS = 8
+
+
+def catch_up_pays(costs: RowCosts, acceptance: float, missing: int, rest: float | None,
+                  rented: int, k_max: int | None = None) -> bool:
+    """Whether a draft model that lacks `missing` tokens settled since its last round (by
+    free drafts, plain rounds) is worth bringing up to date mid-answer (draft_pays): over
+    `rest`, the tokens the answer likely still needs; where that is unknown (None: it ran
+    longer than the context's recent answers), over the `rented` plain rounds decoded
+    without it so far, so it catches up once they have cost what it would have saved
+    (renting until the rent paid equals the price: at most twice the better choice).
+    A large catch-up always waits for one plain round: that costs less than the smallest
+    one priced, and a copy often ends the answer where it runs out.
+
+    Why (`bench speculation`, AMD EPYC Zen 4): an editing replay's answers ran on the pool's
+    drafts and ended with a draft round that caught up 50-65 tokens (0.15-0.4 s) to propose
+    one token, rejected, while the context's recent answers, blocks among them, said ~60
+    more tokens would follow."""
+    if missing <= CATCH_UP_ROWS:
+        return True
+    if rented == 0:
+        return False
+    return draft_pays(costs, acceptance, missing, rented if rest is None else rest, k_max)
+
+
 # Live timings kept per row count (and for the draft step, and the catch-up): a median of
 # this many follows the machine within a request or two yet ignores a preempted round.
 LIVE_KEPT = 16

@@ -20,7 +20,7 @@ import torch
 
 from .cache import Aborted, KVSlot, LeanSlot, SlotPool, abort_scope, install_abort_hooks
 from .controller import AcceptanceMemory, Controller, length_key
-from .costs import LiveCosts, RowCosts, draft_pays
+from .costs import LiveCosts, RowCosts, catch_up_pays, draft_pays
 from .detokenize import StreamingText
 from .draft_head import DEFAULT_COMMON
 from .draft_choice import Offer, pick_free, price_key, rewrites_suffix
@@ -43,11 +43,6 @@ LOOKUP_TRIAL_TOKENS = 8
 # call a layer on the native kernels (lean_step.one_call_rows), and the measured costs cut it
 # shorter where the source is often wrong (draft_choice).
 FREE_DRAFT_MAX = 15
-# Tokens the draft model may lack and still draft without its catch-up being priced: they
-# go in one feed, which reads the weights once like a draft step (8 target rows cost 1.7x
-# one row in `bench kernels`, AMD EPYC Zen 4), while the per-token price, timed on 32-row
-# feeds, made 2-5 tokens a lookup round settled look dearer than a line's rounds save.
-CATCH_UP_ROWS = 8
 # Greedy generations remembered for type-through and precomputed answers (lineage.py).
 LINEAGES = 32
 
@@ -417,23 +412,16 @@ class SpeculativeEngine:
         return self.memory.remaining(length_key(run.request.policy), len(run.generated))
 
     def _catch_up_pays(self, run: _Run, model: ModelDrafter, controller: Controller) -> bool:
-        """Whether the draft model is worth bringing up to date, when free drafts and plain
-        rounds have settled tokens since its last round that it must prefill before it
-        proposes again (costs.draft_pays): over the rest this answer likely needs; where
-        that is unknown (it already ran longer than the context's recent answers), once the
-        plain rounds decoded without it have cost what they would have saved (renting until
-        the rent paid equals the price, at most twice the better choice's cost). Why: an
-        editing replay's answers ran on the pool's drafts and ended with a draft round that
-        caught up 50-65 tokens (0.15-0.4 s on an AMD EPYC Zen 4) to propose one token,
-        rejected; `_draft_pays` judges only the request's first catch-up. (Those replay
-        rounds still run where the context's recent answers, blocks among them, ran on.)"""
-        missing, costs = model.missing(run.ids), controller.costs
-        if missing <= CATCH_UP_ROWS or costs is None:
+        """Whether the draft model, behind by the tokens free drafts and plain rounds settled
+        since its last round, is worth bringing up to date (costs.catch_up_pays); `_draft_pays`
+        judges only the request's first catch-up."""
+        if controller.costs is None:
             return True
         left = run.request.max_new_tokens - len(run.generated)
         rest = self._likely_rest(run)
-        tokens = run.rented if rest is None else min(left, rest)
-        return draft_pays(costs, controller.acceptance, missing, tokens, run.request.policy.k_max)
+        return catch_up_pays(controller.costs, controller.acceptance, model.missing(run.ids),
+                             None if rest is None else min(left, rest), run.rented,
+                             run.request.policy.k_max)
 
     def _worth_drafting(self, run: _Run) -> int:
         """Draft tokens this round can use: past the answer's likely end a verified token is

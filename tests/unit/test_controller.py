@@ -110,6 +110,23 @@ def test_drafting_pays_only_when_its_rounds_save_more_than_the_drafts_catch_up()
     assert draft_pays(RowCosts(target=(1.0, 1.1), draft=0.2), 0.8, catch_up, 1)  # unmeasured catch-up
 
 
+def test_a_draft_behind_mid_answer_catches_up_after_a_plain_round_where_the_rest_repays_it() -> None:
+    from lsp_server.engine.costs import CATCH_UP_ROWS, RowCosts, catch_up_pays, expected_tokens
+
+    costs = RowCosts(target=(1.0, 1.1, 1.2), draft=0.2, draft_prefill=0.1)
+    saved = 1.0 - (1.1 + 0.2) / expected_tokens(1, 0.8)  # a token, at k = 1
+    # one feed's worth of tokens is not priced
+    assert catch_up_pays(costs, 0.8, CATCH_UP_ROWS, rest=0, rented=0, k_max=1)
+    missing = 40  # 4.0 s
+    # more waits for one plain round, however long the answer is guessed to run on
+    assert not catch_up_pays(costs, 0.8, missing, rest=1000, rented=0, k_max=1)
+    assert catch_up_pays(costs, 0.8, missing, rest=4.0 / saved + 1, rented=1, k_max=1)
+    assert not catch_up_pays(costs, 0.8, missing, rest=4.0 / saved - 1, rented=1, k_max=1)
+    # no guess of the rest: once the plain rounds decoded without it cost what it saves
+    assert not catch_up_pays(costs, 0.8, missing, rest=None, rented=int(4.0 / saved) - 1, k_max=1)
+    assert catch_up_pays(costs, 0.8, missing, rest=None, rented=int(4.0 / saved) + 1, k_max=1)
+
+
 def test_live_costs_replace_the_load_timings_row_count_by_row_count() -> None:
     from lsp_server.engine.costs import LIVE_MIN, PREFILL_ROWS, LiveCosts, RowCosts
 
