@@ -18,17 +18,22 @@ from .drafters import Draft
 
 # A free draft after a match this long is priced apart from one after a shorter match: a
 # long match names its context, a short one (a name, a bracket) often continues elsewhere.
-LONG_MATCH = 8
+# Prompt lookup matches n-grams of at most 4 tokens (drafters.PromptLookupDrafter), so a
+# whole 4-gram is its long match.
+LONG_MATCH = {"pool": 8, "lookup": 4}
 # A free draft's odds (costs.Odds) before its context has a record (Controller.
-# free_acceptance), by source and match (price_key): what two `bench speculation` runs
-# recorded (AMD EPYC Zen 4, 2026-12-07; first token / after a right one, of all judged):
-# the pool after long matches 59/63 / 456/471, prompt lookup (n-grams of 2-4 tokens: always
-# short) 73/97 / 75/96. The pool after short matches was right at 0.0 of its positions in
-# two earlier runs (a short tail of another file, a name or a bracket, continues
-# elsewhere); a shared prior of 0.6 for short matches had every line's first round verify
-# up to 8 rows of such drafts (lines 0.93x off / adaptive).
+# free_acceptance), by source and match (price_key), first token / after a right one.
+# The pool after long matches: what two `bench speculation` runs recorded (AMD EPYC Zen 4,
+# 2026-12-07), 59/63 / 456/471; after short matches it was right at none of its positions
+# in two earlier runs (a short tail of another file, a name or a bracket, continues
+# elsewhere), and a shared prior of 0.6 for short matches had every line's first round
+# verify up to 8 rows of such drafts (lines 0.93x off / adaptive). Prompt lookup, from every
+# round of 24 held-out spots (seed 2, AMD EPYC Zen 4, 2026-12-07, the server's debug log):
+# after a 4-gram 95/120 / 54/63, after 2 or 3 tokens 48/85 / 22/32. One prior of 0.75 / 0.78
+# for both drafted 4-5 tokens a round at line spots, right at 13 of 54 of them (lines 0.73x
+# off / adaptive in a 12-spot run, seed 1).
 FREE_PRIOR = {"pool_long": Odds(0.93, 0.97), "pool_short": Odds(0.1, 0.9),
-              "lookup_long": Odds(0.93, 0.97), "lookup_short": Odds(0.75, 0.78)}
+              "lookup_long": Odds(0.8, 0.86), "lookup_short": Odds(0.55, 0.7)}
 
 # Leading tokens a free draft must share with the text after the cursor to be taken for it:
 # one or two ("\n", an indent) begin many a right answer too.
@@ -57,11 +62,7 @@ class Offer:
 
 def price_key(source: str, match: int) -> str:
     """What a free draft's acceptance is learnt and priced under (Controller.free_acceptance)."""
-    return f"{source}_{_bucket(match)}"
-
-
-def _bucket(match: int) -> str:
-    return "long" if match >= LONG_MATCH else "short"
+    return f"{source}_{'long' if match >= LONG_MATCH.get(source, LONG_MATCH['pool']) else 'short'}"
 
 
 def pick_free(offers: Sequence[Offer], controller: Controller, model_k: int, *,

@@ -366,8 +366,9 @@ class SpeculativeEngine:
         controller.observe(len(draft.tokens), n, h, model=draft.source == "draft",
                            source=price_key(draft.source, draft.match))
         if draft.tokens:
-            log.debug("%s round %d: %s drafted %d (match %d), %d accepted",
-                      run.request.id, stats.rounds, draft.source, len(draft.tokens), draft.match, n)
+            log.debug("%s round %d (%s): %s drafted %d (match %d), %d accepted",
+                      run.request.id, stats.rounds, length_key(run.request.policy), draft.source,
+                      len(draft.tokens), draft.match, n)
         return draft.tokens[:n] + [nxt]
 
     def _draft(

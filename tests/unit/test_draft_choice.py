@@ -103,3 +103,10 @@ def test_a_free_draft_that_begins_with_the_text_after_the_cursor_is_known_for_it
     # a newline and an indent begin many a right answer: three tokens must agree
     assert not rewrites_suffix([10, 11], suffix) and not rewrites_suffix([10, 11, 99, 13], suffix)
     assert not rewrites_suffix([10, 11, 12], ()) and not rewrites_suffix([10, 11, 12], (10, 11))
+
+
+def test_a_whole_lookup_4_gram_is_a_long_match_and_the_pool_needs_8():
+    from lsp_server.engine.draft_choice import price_key
+
+    assert (price_key("lookup", 3), price_key("lookup", 4)) == ("lookup_short", "lookup_long")
+    assert (price_key("pool", 7), price_key("pool", 8)) == ("pool_short", "pool_long")
