@@ -29,7 +29,7 @@ from .healing import TokenTexts, mask_to, remaining
 from .lean_step import one_call_rows
 from .lineage import Lineage, best_known
 from .sampling import Sampling, entropy, pick, verify_greedy, verify_sampled
-from .stopping import stop_index
+from .stopping import stop_index, tokens_within
 from .types import CompletionRequest, DraftPolicy, EngineEvent, Finished, Stats, TextDelta
 
 log = logging.getLogger(__name__)
@@ -453,8 +453,18 @@ class SpeculativeEngine:
         """What the request's own context (lookup) and earlier requests (the pool) propose."""
         lookup, match = self.lookup.propose(run.ids, limit)
         pooled, pool_match = self.history.propose(run.ids, limit)
-        return [o for o in (Offer(lookup, match), Offer(pooled, pool_match))
-                if not rewrites_suffix(o.draft.tokens, run.request.suffix_ids)]
+        return [Offer(self._within_answer(run, draft), n)
+                for draft, n in ((lookup, match), (pooled, pool_match))
+                if not rewrites_suffix(draft.tokens, run.request.suffix_ids)]
+
+    def _within_answer(self, run: _Run, draft: Draft) -> Draft:
+        """The draft up to where the answer would end were it right: an end-of-text token,
+        or the token whose text makes the stop rule cut (stopping.tokens_within)."""
+        tokens = draft.tokens
+        ends = next((i + 1 for i, token in enumerate(tokens) if token in self.stop_ids), len(tokens))
+        texts = self.token_texts()
+        keep = tokens_within(_shown(run), [texts.text(t) for t in tokens[:ends]], run.request.policy.stop)
+        return draft if keep == len(tokens) else Draft(draft.source, tokens[:keep], match=draft.match)
 
     def _trusted(self, run: _Run) -> set[str]:
         """Free sources that may go before the draft model when no costs are measured: a

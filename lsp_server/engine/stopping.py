@@ -2,8 +2,9 @@
 
 Its one home: what a rule is (`StopRule`), which rule a cursor gets (`rule_for`, given the
 policy table's choice), what a dedent is (`indent_width`: `syntax` measures the cursor's
-lines with it too, so both sides agree), where a rule cuts a text (`stop_index`, `cut`), and
-the rule as strings a serving engine can apply itself (`stop_strings`).
+lines with it too, so both sides agree), where a rule cuts a text (`stop_index`, `cut`), how
+many drafted tokens an answer can still take (`tokens_within`), and the rule as strings a
+serving engine can apply itself (`stop_strings`).
 
 Its users: the engine calls `stop_index` after every accepted chunk and ends the request as
 soon as it returns an index, so a single-line context never generates a second line and a
@@ -15,7 +16,7 @@ its line with the same rule. Pure text functions: no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Sequence
 
 if TYPE_CHECKING:
     from .types import DraftPolicy
@@ -83,6 +84,20 @@ def stop_index(text: str, rule: StopRule, strings: tuple[str, ...] = ()) -> int 
     if by_rule is not None:
         cuts.append(by_rule)
     return min(cuts) if cuts else None
+
+
+def tokens_within(shown: str, pieces: Sequence[str | None], rule: StopRule) -> int:
+    """How many of the next tokens (their texts, `pieces`) the answer `shown` so far can still
+    take: the token whose text makes `rule` cut it is the last that counts. A draft verified
+    past it pays for rows whose tokens would never be shown: a 2-token string answer after
+    which the pool's copy ran on verified 12 rows (`bench speculation`, AMD EPYC Zen 4: 0.51x
+    the time without speculation)."""
+    text = shown
+    for i, piece in enumerate(pieces, 1):
+        text += piece or ""
+        if _rule_index(text, rule) is not None:
+            return i
+    return len(pieces)
 
 
 def cut(text: str, rule: StopRule) -> str:

@@ -249,3 +249,18 @@ def test_a_pool_draft_that_would_write_the_text_after_the_cursor_again_is_not_ve
         final = list(engine.generate(CompletionRequest("r", tuple(prompt), pol, suffix_ids=suffix)))[-1]
         assert list(final.token_ids) == plain_greedy(target, prompt, 8)
         assert ("pool" in final.stats.drafters) == (not suffix)
+
+
+def test_a_free_draft_is_verified_no_further_than_the_stop_rule_lets_the_answer_run(target):
+    """A line's answer ends at its newline: the pool's copy that runs on past it is cut
+    after the newline's token, so the round verifies no rows the answer could never show."""
+    rng = random.Random(17)
+    prompt = rng.choices(range(36), k=30)  # letters and digits: no newline in the prompt
+    first = plain_greedy(target, prompt, 1)
+    newline = CharTokenizer.alphabet.index("\n")
+    engine = SpeculativeEngine(target, None, CharTokenizer(), stop_ids=[])
+    engine.history.see_prompt(prompt + first + [5, newline, 6, 7, 8, 9, 10])
+    asked = replace(policy(4, lookup=True, n=12), stop=StopRule("line"))
+    final = list(engine.generate(CompletionRequest("r", tuple(prompt), asked)))[-1]
+    assert final.stats.k_trace[0] == 2  # [5, newline], not the 7 tokens the pool holds
+    assert list(final.token_ids) == plain_greedy(target, prompt, len(final.token_ids))

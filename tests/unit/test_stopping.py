@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lsp_server.engine.stopping import StopRule, rule_for, stop_index, stop_strings
+from lsp_server.engine.stopping import StopRule, rule_for, stop_index, stop_strings, tokens_within
 from lsp_server.engine.types import DraftPolicy
 
 
@@ -21,6 +21,15 @@ def test_line_rule_never_lets_a_second_line_through():
 def test_block_rule_stops_at_the_dedent_that_closes_the_block():
     body = "return a + b\n\n    # done\ndef other():\n    pass"
     assert cut(body, StopRule("block", base_indent=0)) == "return a + b\n\n    # done"
+
+
+def test_a_draft_counts_up_to_the_token_that_ends_the_answer():
+    line, block = StopRule("line"), StopRule("block", base_indent=0)
+    assert tokens_within("x = f(", ["a", ")", "\n", "y", " ="], line) == 3  # the newline's
+    assert tokens_within("x", ["a", "b"], line) == 2  # not ended: all of it
+    # a block ends once the dedented line's first character arrived (the token that brings it)
+    assert tokens_within("return 1\n", ["\n", "  x\n", "de", "f"], block) == 3
+    assert tokens_within("", [None, "\n"], line) == 2  # a token without text adds none
 
 
 def test_block_rule_waits_until_a_line_has_content():
