@@ -416,11 +416,12 @@ class SpeculativeEngine:
         """Whether the draft model, behind by the tokens free drafts and plain rounds settled
         since its last round, is worth bringing up to date (costs.catch_up_pays); `_draft_pays`
         judges only the request's first catch-up."""
-        if controller.costs is None:
-            return True
+        missing = model.missing(run.ids)
+        if controller.costs is None or missing >= len(run.generated):
+            return True  # it lacks part of the prompt: the first catch-up, which _draft_pays let run
         left = run.request.max_new_tokens - len(run.generated)
         rest = self._likely_rest(run)
-        return catch_up_pays(controller.costs, controller.acceptance, model.missing(run.ids),
+        return catch_up_pays(controller.costs, controller.acceptance, missing,
                              None if rest is None else min(left, rest), run.rented,
                              run.request.policy.k_max)
 

@@ -178,6 +178,14 @@ def test_a_cold_draft_whose_catch_up_costs_more_than_it_saves_is_not_run(target)
     warm = run(engine, prompt, pol)
     assert not warm.stats.draft_skipped and warm.stats.draft_catch_up == 1
     assert warm.stats.drafted > 0 and list(warm.token_ids) == list(cold.token_ids)
+    # Cold again, with a catch-up that pays: the draft catches up on the whole prompt in its
+    # first round (the mid-answer rule, costs.catch_up_pays, leaves that one to draft_pays).
+    engine.clear_caches()
+    engine.costs = replace(costs, draft_prefill=1e-4)
+    paid = run(engine, prompt, pol)
+    assert not paid.stats.draft_skipped and paid.stats.draft_catch_up == len(prompt)
+    assert paid.stats.drafters["draft"].drafted > 0 and paid.stats.k_trace[0] > 0
+    assert paid.stats.catch_ups_skipped == 0 and list(paid.token_ids) == list(cold.token_ids)
 
 
 def test_the_round_costs_follow_what_the_engines_own_rounds_take(target):
