@@ -14,6 +14,7 @@
 #define SF_X86_RMAX 8  /* 32 vector registers */
 #define SF_X8_RMAX 8    /* rows per pass over a repacked group: Q8_0, Q5_0, Q4_0 */
 #define SF_X8K_RMAX 13  /* Q4_K, Q6_K: one zmm a row (q4_K_x8_ints_zmm); 14+ spilled (bench kernels) */
+#define SF_PREFETCH_FAR_ROWS 4  /* x86_body.h prefetch_ahead: from 4 rows, also 8 KiB ahead into L2 */
 #include "x86_body.h"
 #include "x86_peak.h"
 

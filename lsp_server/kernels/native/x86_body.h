@@ -229,9 +229,34 @@ SF_ALWAYS_INLINE void store_lanes_sum(const __m256 *acc, int R, float *out) {
 #ifndef SF_PREFETCH_BYTES
 #define SF_PREFETCH_BYTES 1536
 #endif
-SF_ALWAYS_INLINE void prefetch_ahead(const void *blk, size_t bytes) {
+/* With several activation rows a super-block takes hundreds of cycles (8 rows of Q4_K x8:
+ * ~400), so the bytes 1536 ahead are asked for about one DRAM latency before their use and
+ * the multi-row passes waited on memory (8 rows of the 1.5B target streamed ~13 GB/s, the
+ * same kernels ran 146 GMAC/s a thread on weights in cache). From SF_PREFETCH_FAR_ROWS rows
+ * on, the bytes SF_PREFETCH_FAR ahead are asked for as well, into L2 (prefetcht1; in L1 they
+ * would push out the rows' activations). AMD EPYC Zen 4, 2 threads, whole feeds of the
+ * target, base and this alternating (6 rounds; pooled medians, median per-round ratio): 1
+ * row 31.3 / 32.9 ms (0.999: unchanged code, noise), 4 rows 53.7 -> 51.2 (0.956), 8 rows
+ * 81.0 -> 71.8 (0.900), 16 rows 157.3 -> 153.3 (0.959). At one row the far requests cost
+ * 15-22 % (a 113 MB Q4_K and the 191 MB Q6_K head, 2 threads: the hardware prefetcher keeps
+ * up with a one-row stream). From 4 rows, not 2: in one probe (with a Q6_K kernel that did
+ * not land) 2-3 rows of the head ran slower. */
+#ifndef SF_PREFETCH_FAR
+#define SF_PREFETCH_FAR 8192
+#endif
+/* avx512.c sets 4; AVX2 (no far requests) kept its time or lost it, its kernels being the
+ * slower part there: same probes, 4 / 8 / 16 rows, Q4_K 1.065 / 0.967 / 0.983 of before,
+ * the Q6_K head 1.200 / 1.040 / 1.057. */
+#ifndef SF_PREFETCH_FAR_ROWS
+#define SF_PREFETCH_FAR_ROWS (1 << 30)
+#endif
+SF_ALWAYS_INLINE void prefetch_ahead(const void *blk, size_t bytes, int R) {
     const char *p = (const char *)blk + SF_PREFETCH_BYTES;
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
+    if (R >= SF_PREFETCH_FAR_ROWS) {
+        const char *f = (const char *)blk + SF_PREFETCH_FAR;
+        for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(f + off, 0, 2);
+    }
 }
 
 /* Independent int32 accumulators per activation row, so that a block's eight multiply-adds
@@ -261,7 +286,7 @@ SF_ALWAYS_INLINE void dot_q4_K_rows(const sf_block_q4_K *row, const sf_act_k *co
         uint16_t dh[8] = {0}, mh[8] = {0};
         for (int b = 0; b < n; b++) {
             const sf_block_q4_K *blk = &row[i0 + b];
-            prefetch_ahead(blk, sizeof *blk);
+            prefetch_ahead(blk, sizeof *blk, R);
             __m256i sc, mn2, sum[SF_CHAINS_MAX][SF_X86_RMAX];
             q4k_scales16(blk->scales, &sc, &mn2);
             for (int a = 0; a < SF_CHAINS(R); a++)
@@ -509,7 +534,7 @@ SF_ALWAYS_INLINE void dot_q4_K_x8_rows(const sf_block_q4_K_x8 *blk, const sf_act
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const sf_block_q4_K_x8 *g = &blk[i];
-        prefetch_ahead(g, sizeof *g);
+        prefetch_ahead(g, sizeof *g, R);
         /* sf_q4k_scales on 8 rows at once: byte b of lane n = scale (or min) b of row n */
         const __m256i u0 = loadu(g->sc[0]), u1 = loadu(g->sc[1]), u2 = loadu(g->sc[2]);
         const __m256i sc03 = _mm256_and_si256(u0, m6), mn03 = _mm256_and_si256(u1, m6);
@@ -629,7 +654,7 @@ SF_ALWAYS_INLINE void dot_q6_K_x8_rows(const sf_block_q6_K_x8 *blk, const sf_act
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const sf_block_q6_K_x8 *g = &blk[i];
-        prefetch_ahead(g, sizeof *g);
+        prefetch_ahead(g, sizeof *g, R);
         __m256i si[SF_X8K_RMAX];
 #if SF_X86_VNNI
         q6_K_x8_ints_zmm(g, x, R, i, si);
@@ -772,7 +797,7 @@ SF_ALWAYS_INLINE void dot_q32_x8_rows(const uint8_t *blk, const sf_act_32 *const
         for (int b = 0; b < 8; b++) acc[k][b] = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *g = blk + (size_t)i * bsize;
-        prefetch_ahead(g, bsize);
+        prefetch_ahead(g, bsize, R);
         __m256i sumi[SF_X8_RMAX];
 #if SF_X86_VNNI
         q32_x8_ints_zmm(g, x, R, i, kind, sumi);
@@ -861,7 +886,7 @@ SF_ALWAYS_INLINE void dot_q6_K_rows(const sf_block_q6_K *row, const sf_act_k *co
         uint16_t dh[8] = {0};
         for (int b = 0; b < n; b++) {
             const sf_block_q6_K *blk = &row[i0 + b];
-            prefetch_ahead(blk, sizeof *blk);
+            prefetch_ahead(blk, sizeof *blk, R);
             const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)blk->scales));
             __m256i sum[SF_CHAINS_MAX][SF_X86_RMAX];
             for (int a = 0; a < SF_CHAINS(R); a++)
