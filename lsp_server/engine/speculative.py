@@ -110,6 +110,7 @@ class _Run:
     # Plain rounds decoded since the draft model was last passed over for its catch-up
     # (SpeculativeEngine._catch_up_pays): what not catching up has cost so far.
     rented: int = 0
+    drafted_once: bool = False  # the draft model has caught up and proposed in this request
 
     @property
     def generated(self) -> list[int]:
@@ -393,7 +394,7 @@ class SpeculativeEngine:
         if model is None:
             run.rented += passed_over  # a plain round it might have bettered
             return Draft("plain", [])
-        run.rented = 0
+        run.rented, run.drafted_once = 0, True
         if model.missing(run.ids) > 1:  # catching up, timed apart from the draft steps
             fed = model.prefill(run.ids, self.options.prefill_chunk, should_abort)
             if self.live is not None:
@@ -417,8 +418,10 @@ class SpeculativeEngine:
         since its last round, is worth bringing up to date (costs.catch_up_pays); `_draft_pays`
         judges only the request's first catch-up."""
         missing = model.missing(run.ids)
-        if controller.costs is None or missing >= len(run.generated):
-            return True  # it lacks part of the prompt: the first catch-up, which _draft_pays let run
+        if not run.drafted_once:  # what it lacked at the start, draft_pays let run
+            missing -= run.stats.draft_catch_up
+        if controller.costs is None:
+            return True
         left = run.request.max_new_tokens - len(run.generated)
         rest = self._likely_rest(run)
         return catch_up_pays(controller.costs, controller.acceptance, missing,

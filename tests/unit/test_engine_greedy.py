@@ -272,3 +272,23 @@ def test_a_free_draft_is_verified_no_further_than_the_stop_rule_lets_the_answer_
     final = list(engine.generate(CompletionRequest("r", tuple(prompt), asked)))[-1]
     assert final.stats.k_trace[0] == 2  # [5, newline], not the 7 tokens the pool holds
     assert list(final.token_ids) == plain_greedy(target, prompt, len(final.token_ids))
+
+
+def test_a_warm_draft_left_behind_by_the_pool_is_judged_on_what_it_lacks_since(target):
+    """After a warm the draft lacks only the prompt's last token (the start's catch-up, which
+    draft_pays let run); the pool then settles 16 tokens in one round, and that lack is the
+    mid-answer rule's to price (costs.catch_up_pays): far dearer than the rest saves, the
+    draft never catches up."""
+    from lsp_server.engine.costs import RowCosts
+
+    engine = SpeculativeEngine(target, tiny_model(seed=2), CharTokenizer(), stop_ids=[])
+    prompt = random.Random(19).choices(range(48), k=30)
+    answer = plain_greedy(target, prompt, 24)
+    pol = policy(4, mode="adaptive", lookup=True, n=24)
+    list(engine.generate(CompletionRequest("w", tuple(prompt), replace(pol, max_new_tokens=0))))
+    engine.history.see_prompt(prompt + answer[:16])
+    engine.costs = RowCosts(target=(1.0,) * 6, draft=0.01, draft_prefill=10.0)
+    final = run(engine, prompt, pol)
+    assert final.stats.draft_catch_up == 1 and final.stats.drafters["pool"].accepted >= 15
+    assert final.stats.catch_ups_skipped > 0 and "draft" not in final.stats.drafters
+    assert list(final.token_ids) == answer
