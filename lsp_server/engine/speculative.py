@@ -110,7 +110,6 @@ class _Run:
     # Plain rounds decoded since the draft model was last passed over for its catch-up
     # (SpeculativeEngine._catch_up_pays): what not catching up has cost so far.
     rented: int = 0
-    drafted_once: bool = False  # the draft model has caught up and proposed in this request
 
     @property
     def generated(self) -> list[int]:
@@ -366,7 +365,7 @@ class SpeculativeEngine:
             stats.plain_rounds += 1
         controller.observe(len(draft.tokens), n, h, model=draft.source == "draft",
                            source=price_key(draft.source, draft.match))
-        if draft.tokens:
+        if draft.tokens and log.isEnabledFor(logging.DEBUG):
             log.debug("%s round %d (%s): %s drafted %d (match %d), %d accepted",
                       run.request.id, stats.rounds, length_key(run.request.policy), draft.source,
                       len(draft.tokens), draft.match, n)
@@ -394,7 +393,7 @@ class SpeculativeEngine:
         if model is None:
             run.rented += passed_over  # a plain round it might have bettered
             return Draft("plain", [])
-        run.rented, run.drafted_once = 0, True
+        run.rented = 0
         if model.missing(run.ids) > 1:  # catching up, timed apart from the draft steps
             fed = model.prefill(run.ids, self.options.prefill_chunk, should_abort)
             if self.live is not None:
@@ -417,11 +416,11 @@ class SpeculativeEngine:
         """Whether the draft model, behind by the tokens free drafts and plain rounds settled
         since its last round, is worth bringing up to date (costs.catch_up_pays); `_draft_pays`
         judges only the request's first catch-up."""
-        missing = model.missing(run.ids)
-        if not run.drafted_once:  # what it lacked at the start, draft_pays let run
-            missing -= run.stats.draft_catch_up
         if controller.costs is None:
             return True
+        missing = model.missing(run.ids)
+        if model.name not in run.stats.drafters:  # not drafted yet: what it lacked at the
+            missing -= run.stats.draft_catch_up  # start, draft_pays let run
         left = run.request.max_new_tokens - len(run.generated)
         rest = self._likely_rest(run)
         return catch_up_pays(controller.costs, controller.acceptance, missing,
