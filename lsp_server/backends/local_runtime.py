@@ -47,12 +47,15 @@ def apply_threads(native_models: bool, wanted: int | None) -> int:
     import torch
 
     if native_models:
+        from lsp_server.engine import lean_step
         from lsp_server.kernels import native
 
         native.set_threads(wanted or 0)
         # torch's one thread leaves the pool's cores alone between the products of a step,
         # so the workers may wait through those gaps awake (dispatch.c, sf_set_spin_us).
         native.set_spin_us(NATIVE_SPIN_US)
+        # prompts' products of many rows on the wide path; verifies stay on the exact one
+        native.set_wide_rows(lean_step.WIDE_ROWS)
         torch.set_num_threads(1)
         return native.threads()
     torch.set_num_threads(wanted or os.cpu_count() or 1)

@@ -125,12 +125,26 @@ def _causal_mask(rows: int, past: int, device: torch.device) -> torch.Tensor | N
 ROWS_INDEPENDENT = "_specfill_rows_independent"
 # Verifies; longer feeds are prompts, which plain and speculative decoding read alike.
 ROW_BY_ROW_MAX_ROWS = 16
+# Products of this many rows and more take the kernels' wide path (native.set_wide_rows):
+# 32 weight rows at a time quantized again to int8 and shared by every row, ~1.4x the
+# repacked kernels' rate on Q4_K and ~2x on Q6_K at 256-512 rows, slower below ~64 (the
+# tile costs about what 40 rows of products do). Each row still gets the same numbers
+# whatever the other rows, but not those of the repacked kernels, so verifies (at most
+# ROW_BY_ROW_MAX_ROWS rows, compared with single steps) must stay below it.
+WIDE_ROWS = 128
+# Prompts go through the native one-call layers in feeds of up to this many rows: a
+# 1,000-token prefill of the 1.5B target took 5.4 s in 256-row feeds on the wide path
+# against 8.1 s in 16-row feeds and 9.1 s through torch's layers in 512-row feeds (AMD EPYC
+# Zen 4, 2 threads, one-off, docs/benchmarks.md has the benchmark). A stop request still
+# lands within a 32-row tile of a product (native.request_stop).
+NATIVE_MAX_ROWS = 256
+assert WIDE_ROWS > ROW_BY_ROW_MAX_ROWS
 
 
 def one_call_rows(model: torch.nn.Module) -> int:
     """The most rows a feed takes through the native one-call layers (`native_layers`);
     0 where this model's layers do not run there."""
-    return ROW_BY_ROW_MAX_ROWS if native_layers.fit(model) else 0
+    return NATIVE_MAX_ROWS if native_layers.fit(model) else 0
 
 
 def _logits(model: torch.nn.Module, head: Callable[[torch.Tensor], torch.Tensor] | None,

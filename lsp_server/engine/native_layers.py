@@ -9,10 +9,11 @@ from Python they still cost ~130 us a layer between the calls (a probe on an Int
 instructions whatever the row count, so a verify still equals the single steps bit for bit
 (tests/kernels/test_native_layer_ops.py, tests/unit/test_kernels_gguf.py).
 
-Long feeds (prompts) keep the torch path of `lean_step`: there attention is most of the
-work, and SDPA's blocked kernels do it faster. Both paths compute the same model within
-float rounding; the exactness that speculation needs is between steps and verifies, which
-both run here.
+Prompts come here too, in feeds of up to lean_step.NATIVE_MAX_ROWS rows whose products take
+the kernels' wide path (lean_step.WIDE_ROWS): with torch on one thread beside the kernels'
+pool, its layers (SDPA included) prefilled 1,000 tokens in 9.1 s against 5.5 s here. Prompts
+and steps compute the same model within float rounding; the exactness that speculation
+needs is between steps and verifies, which both stay on the row-independent kernels.
 """
 
 from __future__ import annotations

@@ -48,13 +48,13 @@ LINEAGES = 32
 
 
 def _chunk(slot: KVSlot | None, wanted: int) -> int:
-    """The rows a feed takes at a time on this slot. On the native one-call layers
-    (lean_step) a chunk of up to 16 rows is one library call a layer. The 1.5B target fed
-    3,072 tokens at 128 tokens/s in chunks of 16 against 109 in 128s and 106 in 512s, the
-    0.5B draft at 247 against 277 and 273 (a one-off probe on an AMD EPYC, AVX-512). A layer
-    of 16 target rows is 2.8 ms there against 27 ms for 128 rows, so a real request that
-    preempts a warm, or supersedes a prefill, waits a tenth as long, and an abort loses at
-    most 15 rows of work; for that the draft's warm takes 16-row chunks too."""
+    """The rows a feed takes at a time on this slot: on the native one-call layers
+    (lean_step) at most lean_step.NATIVE_MAX_ROWS, one library call a layer. From
+    lean_step.WIDE_ROWS rows the products take the kernels' wide path: a 1,000-token prompt
+    of the 1.5B target took 7.86 s in 16-row chunks, 7.66 in 64s, 6.31 in 128s and 5.50 in
+    256s; the 0.5B draft (Q4_0, no wide path) 3.1-3.3 s at every size (AMD EPYC Zen 4, 2
+    threads, interleaved rounds, one run). A real request that preempts a warm stops it
+    within a 32-row tile of a product, and the warm loses the chunk it was in."""
     rows = one_call_rows(slot.model) if isinstance(slot, LeanSlot) else 0
     if rows:
         return min(wanted, rows) if wanted > 0 else rows
@@ -68,8 +68,8 @@ class EngineOptions:
     # into chunks for latency; chunks only bound the activation memory of huge prompts.
     prefill_chunk: int = 512
     # A warm is preempted within a layer and loses only the chunk it was in: small chunks
-    # keep most of a preempted warm's work (a 128-row pass is still efficient on a CPU).
-    # On the native one-call layers feeds go in chunks of at most 16 rows (`_chunk`).
+    # keep most of a preempted warm's work, and 128 rows still take the kernels' wide path
+    # (`_chunk`; 256-row chunks prefill ~15 % faster, lose twice as much).
     warm_chunk: int = 128
     # A precompute (request.background) prefills mostly what its lineage already cached,
     # so it can take small chunks: a real request preempting it waits for the rest of one

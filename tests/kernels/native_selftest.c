@@ -245,6 +245,49 @@ static void run_attention_split(void) {
     sf_set_threads(0);
 }
 
+/* The wide path (sf_set_wide_rows): every variant that has it against the reference's, bit
+ * for bit, 1-3 threads; M rows at once against one-row calls (the tile is the same whatever M). */
+static void run_wide(void) {
+    const int types[] = {SF_Q4_K, SF_Q6_K};
+    const int64_t Ns[] = {32, 96}, Ks[] = {256, 768, 2816}, Ms[] = {1, 5, 6, 7, 13, 17};
+    for (int t = 0; t < 2; t++)
+        for (int ni = 0; ni < 2; ni++)
+            for (int ki = 0; ki < 3; ki++)
+                for (int mi = 0; mi < 6; mi++) {
+                    const int type = types[t];
+                    const int64_t N = Ns[ni], K = Ks[ki], M = Ms[mi];
+                    const size_t rb = sf_row_bytes(type, K);
+                    uint8_t *w = malloc(N * rb), *w8 = malloc(N * rb);
+                    float *x = malloc(M * K * sizeof(float)), *ref = malloc(M * N * sizeof(float));
+                    float *y = malloc(M * N * sizeof(float)), *one = malloc(N * sizeof(float));
+                    fill_weights(type, w, N * rb);
+                    fill_x(x, M, K);
+                    const int x8 = sf_repack(type, w, N, K, w8);
+                    sf_set_wide_rows(1);
+                    sf_set_variant(SF_SCALAR);
+                    sf_set_threads(1);
+                    sf_matmul(x8, w8, N, K, x, M, ref);
+                    for (int v = 0; v < SF_NVARIANTS; v++) {
+                        if (!sf_variant_wide(v)) continue;
+                        sf_set_variant(v);
+                        for (int threads = 1; threads <= 3; threads++) {
+                            sf_set_threads(threads);
+                            memset(y, 0xff, M * N * sizeof(float));
+                            check(sf_matmul(x8, w8, N, K, x, M, y) == 0 && same_bits(ref, y, M * N), "wide == reference",
+                                  type, sf_variant_name(v), M, N, K);
+                        }
+                        int rows_ok = 1;
+                        for (int64_t m = 0; m < M; m++) {
+                            sf_matmul(x8, w8, N, K, x + m * K, 1, one);
+                            rows_ok &= same_bits(ref + m * N, one, N);
+                        }
+                        check(rows_ok, "wide M-row call == M one-row calls", type, sf_variant_name(v), M, N, K);
+                    }
+                    sf_set_wide_rows(0);
+                    free(w); free(w8); free(x); free(ref); free(y); free(one);
+                }
+}
+
 int main(void) {
     const int types[] = {SF_Q8_0, SF_Q5_0, SF_Q4_0, SF_Q4_K, SF_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
@@ -260,6 +303,7 @@ int main(void) {
     run_specials();
     run_layer_ops();
     run_attention_split();
+    run_wide();
     sf_set_threads(0);
     printf("variants run:");
     for (int v = 0; v < SF_NVARIANTS; v++)

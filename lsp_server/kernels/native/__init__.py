@@ -70,6 +70,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         "sf_dot_peak": (ctypes.c_double, [c_int, c_int, c_i64]), "sf_read_bytes": (ctypes.c_uint64, [vp, c_size]),
         "sf_request_stop": (None, []), "sf_clear_stop": (None, []), "sf_listen_for_stop": (None, [c_int]),
         "sf_set_threads": (None, [c_int]), "sf_get_threads": (c_int, []), "sf_set_spin_us": (None, [c_int]),
+        "sf_set_wide_rows": (None, [c_i64]), "sf_get_wide_rows": (c_i64, []), "sf_variant_wide": (c_int, [c_int]),
         "sf_type_supported": (c_int, [c_int]), "sf_block_values": (c_i64, [c_int]),
         "sf_row_bytes": (c_size, [c_int, c_i64]), "sf_act_row_bytes": (c_size, [c_int, c_i64]),
         "sf_matmul": (c_int, [c_int, vp, c_i64, c_i64, vp, c_i64, vp]),
@@ -184,6 +185,23 @@ def set_spin_us(us: int) -> None:
     if not isinstance(us, int) or us < 0:
         raise ValueError(f"spin must be an int >= 0 (microseconds), not {us!r}")
     _need_lib().sf_set_spin_us(us)
+
+
+def set_wide_rows(m: int) -> None:
+    """Products of at least m rows (0: none) take the wide path (sf_set_wide_rows): for a
+    prefill's hundreds of rows, not row-independent, so m must stay above a verify's rows."""
+    if not isinstance(m, int) or m < 0:
+        raise ValueError(f"wide rows must be an int >= 0 (0 = never), not {m!r}")
+    _need_lib().sf_set_wide_rows(m)
+
+
+def wide_rows() -> int:
+    return _need_lib().sf_get_wide_rows()
+
+
+def has_wide(name: str) -> bool:
+    """Whether variant `name` runs here and has the wide path (the others keep the x8 kernels)."""
+    return bool(_need_lib().sf_variant_wide(VARIANTS.index(name)))
 
 
 def row_bytes(type_id: int, K: int) -> int:

@@ -17,6 +17,7 @@
 #define SF_PREFETCH_FAR_ROWS 4  /* x86_body.h prefetch_ahead: from 4 rows, also 8 KiB ahead into L2 */
 #include "x86_body.h"
 #include "x86_peak.h"
+#include "x86_wide.h"
 
 const struct sf_kernels sf_kernels_avx512 = SF_X86_KERNELS("avx512");
 

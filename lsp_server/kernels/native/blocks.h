@@ -239,6 +239,23 @@ static inline float sf_lanes8_sum(const float a[8]) {
 static inline size_t sf_act_bytes_k(int64_t K) { return (size_t)(K / SF_QKK) * sizeof(sf_act_k); }
 static inline size_t sf_act_bytes_32(int64_t K) { return (size_t)(K / SF_QK32) * sizeof(sf_act_32); }
 
+/* ---- the wide products (sf_set_wide_rows): a prefill's many rows share weight tiles ----
+ * A tile holds SF_WIDE_ROWS weight rows of one matrix, each K-quant super-block of each row
+ * dequantized (sf_dequantize_rows' values) and quantized again to int8 exactly as an
+ * activation block is (d = amax / 127, q = nearbyintf(v / d)), stored as q + 128 so that
+ * the unsigned operand of u8 x s8 dot products is the weight: one zmm then holds 4 values of
+ * 16 rows, and each activation row meets it with a 4-byte broadcast. Against the repacked
+ * kernels no per-sub-block scale is applied per activation row: the scale work per row is
+ * one float step a super-block and 16 weight rows. */
+#define SF_WIDE_ROWS 32
+
+typedef struct {
+    float d[SF_WIDE_ROWS];                /* row n's scale of this super-block */
+    uint8_t q[SF_QKK / 4][SF_WIDE_ROWS][4];  /* [quad j][row n][b] = row n's value 4j + b, + 128 */
+} sf_wide_block;
+
+_Static_assert(sizeof(sf_wide_block) == 128 + 8192, "a wide block is 32 scales and 32 x 256 bytes");
+
 /* ---- what one variant (one ISA file) provides; variants.c holds the table ----
  * quant_*: one fp32 row of K values -> K/256 sf_act_k (or K/32 sf_act_32) blocks.
  * rows: y[m * ldy + r] = dot(weight row r, activation row m) for r < nrows, m < M, with
@@ -268,6 +285,15 @@ struct sf_kernels {
      * form); NULL for the reference */
     int64_t (*dot_loop)(int form, int64_t iters);
     const char *dot_forms[2];
+    /* The wide products (NULL where the variant has none: sf_matmul then keeps the repacked
+     * kernels). wide_tile: SF_WIDE_ROWS rows of a Q4_K_X8 or Q6_K_X8 matrix (x8 groups at
+     * w, w + 8 * wrb, ...) -> nb tile blocks. wide_rows: y[m * ldy + n] for the tile's rows n
+     * and M activation rows (xq, xrb apart), each y the sum over super-blocks b, in order from
+     * +0.0, of (float)isum * (x.d * tile.d[n]), isum the exact integer dot of the int8 values;
+     * xsum[m * nb + b] = the sum of activation block b's 256 values. */
+    void (*wide_tile)(int type, const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block *tile);
+    void (*wide_rows)(const sf_wide_block *tile, int64_t nb, const uint8_t *xq, size_t xrb, const int32_t *xsum,
+                      int64_t M, float *y, int64_t ldy);
 };
 
 extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */

@@ -150,6 +150,86 @@ static int64_t mm_chunk_rows(size_t wrb, int64_t N, int shares) {
     return rows < SF_ROW_ALIGN ? SF_ROW_ALIGN : rows;
 }
 
+/* ---- the wide products (blocks.h sf_wide_block): products of many rows ---- */
+
+static _Atomic int64_t wide_rows_from;  /* sf_set_wide_rows; 0: never */
+
+void sf_set_wide_rows(int64_t m) { atomic_store(&wide_rows_from, m > 0 ? m : 0); }
+int64_t sf_get_wide_rows(void) { return atomic_load(&wide_rows_from); }
+
+int sf_variant_wide(int v) {
+    const struct sf_kernels *k = sf_kernels_of(v);
+    return k != NULL && k->wide_tile != NULL;
+}
+
+static struct {
+    void *buf;
+    size_t cap;
+} wide_tiles[SF_MAX_THREADS];     /* each share's tile, under the call lock */
+static void *xsums;               /* sums of the activation blocks, under the call lock */
+static size_t xsums_cap;
+
+struct wide_ctx {
+    const struct sf_kernels *k;
+    int type;
+    const uint8_t *w;
+    size_t wrb, xrb;
+    const uint8_t *xq;
+    const int32_t *xsum;
+    int64_t N, M, nb;
+    float *y;
+    int64_t ldy;
+    int listen;
+};
+
+/* Share s takes its own slice of the tiles from the front, then the others' from their backs
+ * (as mm_share); each tile is made once into the share's buffer and met by every row. */
+static void wide_share(const void *p, int s, int ns) {
+    const struct wide_ctx *c = p;
+    sf_wide_block *tile = wide_tiles[s].buf;
+    for (int v = s, i = 0; i < ns; v = (v + 1) % ns, i++)
+        for (;;) {
+            if (c->listen && atomic_load_explicit(&sf_stop_requested, memory_order_relaxed)) return;
+            const int64_t t = claim(&spans[v].span, v == s);
+            if (t < 0) break;
+            const int64_t r = t * SF_WIDE_ROWS;
+            c->k->wide_tile(c->type, c->w + (size_t)r * c->wrb, c->wrb, c->nb, tile);
+            c->k->wide_rows(tile, c->nb, c->xq, c->xrb, c->xsum, c->M, c->y + r, c->ldy);
+        }
+}
+
+static int wide_fits(const struct sf_kernels *k, int type, int64_t N, int64_t M) {
+    const int64_t from = atomic_load_explicit(&wide_rows_from, memory_order_relaxed);
+    return from > 0 && M >= from && k->wide_tile != NULL && (type == SF_Q4_K_X8 || type == SF_Q6_K_X8) &&
+           N % SF_WIDE_ROWS == 0;
+}
+
+/* xq holds the rows' activation blocks already. */
+static int wide_matmul(const struct sf_kernels *k, int type, const void *w, int64_t N, int64_t K, const uint8_t *xq,
+                       size_t xrb, int64_t M, float *y, int64_t ldy, int listen) {
+    const int64_t nb = K / SF_QKK, tiles = N / SF_WIDE_ROWS;
+    int32_t *xsum = sf_scratch_grow(&xsums, &xsums_cap, (size_t)(M * nb) * sizeof(int32_t));
+    if (xsum == NULL) return SF_ENOMEM;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t i = 0; i < nb; i++) {
+            const sf_act_k *x = (const sf_act_k *)(xq + (size_t)m * xrb) + i;
+            int32_t t = 0;
+            for (int j = 0; j < 16; j++) t += x->bsums[j];
+            xsum[m * nb + i] = t;
+        }
+    const int shares = sf_job_shares(N * K / SF_MIN_SHARE_VALUES, tiles);
+    for (int s = 0; s < shares; s++)
+        if (sf_scratch_grow(&wide_tiles[s].buf, &wide_tiles[s].cap, (size_t)nb * sizeof(sf_wide_block)) == NULL)
+            return SF_ENOMEM;
+    for (int s = 0; s < shares; s++)
+        atomic_store_explicit(&spans[s].span, (uint64_t)(tiles * s / shares) << 32 | (uint64_t)(tiles * (s + 1) / shares),
+                              memory_order_relaxed);
+    const struct wide_ctx c = {k, type, w, sf_row_bytes(type, K), xrb, xq, xsum, N, M, nb, y, ldy, listen};
+    const struct sf_job j = {wide_share, &c, shares};
+    sf_run_job(&j);
+    return listen && atomic_load(&sf_stop_requested) ? SF_ESTOPPED : SF_OK;
+}
+
 int sf_matmul_shape_ok(int type, int64_t N, int64_t K, int64_t M) {
     return shape_ok(type, K) && N >= 0 && M >= 0 && !(is_x8(type) && N % 8 != 0);
 }
@@ -161,6 +241,7 @@ int sf_matmul_locked(const struct sf_kernels *k, int type, const void *w, int64_
     uint8_t *xq = sf_scratch_grow(&scratch, &scratch_cap, (size_t)M * xrb);
     if (xq == NULL) return SF_ENOMEM;
     quantize_acts(k, type, x, M, K, xq);
+    if (wide_fits(k, type, N, M)) return wide_matmul(k, type, w, N, K, xq, xrb, M, y, ldy, listen);
 
     const size_t wrb = sf_row_bytes(type, K);
     const int shares = sf_job_shares(N * K / SF_MIN_SHARE_VALUES, (N + SF_ROW_ALIGN - 1) / SF_ROW_ALIGN);

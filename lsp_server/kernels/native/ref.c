@@ -166,6 +166,46 @@ REF_ROWS_X8(rows_q4_0_x8, sf_block_q4_0_x8, sf_block_q4_0, sf_unpack_q4_0_x8, q4
 REF_ROWS_X8(rows_q4_K_x8, sf_block_q4_K_x8, sf_block_q4_K, sf_unpack_q4_K_x8, q4_K_term, sf_act_k, SF_QKK)
 REF_ROWS_X8(rows_q6_K_x8, sf_block_q6_K_x8, sf_block_q6_K, sf_unpack_q6_K_x8, q6_K_term, sf_act_k, SF_QKK)
 
+/* ---- the wide products: tiles of 32 rows quantized again to int8 (blocks.h) ---- */
+
+static void ref_wide_tile(int type, const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block *tile) {
+    for (int n = 0; n < SF_WIDE_ROWS; n++) {
+        const uint8_t *group = w + (size_t)(n - n % 8) * wrb;
+        for (int64_t i = 0; i < nb; i++) {
+            float v[SF_QKK];
+            int8_t q[SF_QKK];
+            if (type == SF_Q4_K_X8) {
+                sf_block_q4_K b;
+                sf_unpack_q4_K_x8((const sf_block_q4_K_x8 *)group + i, n % 8, &b);
+                sf_ref_dequantize_row(SF_Q4_K, (const uint8_t *)&b, SF_QKK, v);
+            } else {
+                sf_block_q6_K b;
+                sf_unpack_q6_K_x8((const sf_block_q6_K_x8 *)group + i, n % 8, &b);
+                sf_ref_dequantize_row(SF_Q6_K, (const uint8_t *)&b, SF_QKK, v);
+            }
+            tile[i].d[n] = ref_quant_block(v, SF_QKK, q);
+            for (int u = 0; u < SF_QKK; u++) tile[i].q[u / 4][n][u % 4] = (uint8_t)(q[u] + 128);
+        }
+    }
+}
+
+static void ref_wide_rows(const sf_wide_block *tile, int64_t nb, const uint8_t *xq, size_t xrb, const int32_t *xsum,
+                          int64_t M, float *y, int64_t ldy) {
+    (void)xsum;  /* the reference sums the signed values itself */
+    for (int64_t m = 0; m < M; m++) {
+        const sf_act_k *x = (const sf_act_k *)(xq + (size_t)m * xrb);
+        for (int n = 0; n < SF_WIDE_ROWS; n++) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < nb; i++) {
+                int32_t s = 0;
+                for (int u = 0; u < SF_QKK; u++) s += ((int)tile[i].q[u / 4][n][u % 4] - 128) * x[i].qs[u];
+                acc = acc + (float)s * (x[i].d * tile[i].d[n]);
+            }
+            y[m * ldy + n] = acc;
+        }
+    }
+}
+
 const struct sf_kernels sf_kernels_scalar = {
     .name = "scalar",
     .quant_k = ref_quant_k,
@@ -181,6 +221,8 @@ const struct sf_kernels sf_kernels_scalar = {
     .q4_K_x8 = rows_q4_K_x8,
     .q6_K_x8 = rows_q6_K_x8,
     SF_LAYER_OPS,
+    .wide_tile = ref_wide_tile,
+    .wide_rows = ref_wide_rows,
 };
 
 /* ---- dequantization, in gguf.quants' order of float operations ---- */

@@ -55,6 +55,18 @@ int sf_get_threads(void);
 /* How long an idle worker spins for the next call before it sleeps (default 50 us). */
 void sf_set_spin_us(int us);
 
+/* Products of at least m activation rows (m <= 0: none, the default) of a Q4_K or Q6_K
+ * matrix repacked by sf_repack, N a multiple of 32, take the wide path where the variant has
+ * one (avx512 and the scalar reference): 32 weight rows at a time are dequantized and
+ * quantized again to int8 per row and 256 values, into a tile that every activation row then
+ * meets (blocks.h sf_wide_block). For a prefill's hundreds of rows: its rows are no longer
+ * equal to one-row calls (the weights are rounded once more, ~1/254 of a super-block's
+ * largest value), so calls that must be row-independent (the verifies of speculation) stay
+ * below m. Each variant's wide path equals the reference's bit for bit. */
+void sf_set_wide_rows(int64_t m);
+int64_t sf_get_wide_rows(void);
+int sf_variant_wide(int variant);  /* 1 if the variant runs here and has the wide path */
+
 int sf_type_supported(int type);
 int64_t sf_block_values(int type);                /* 32 or 256; 0 if unsupported */
 size_t sf_row_bytes(int type, int64_t K);         /* 0 if K is not a positive multiple */

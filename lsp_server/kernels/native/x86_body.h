@@ -932,12 +932,17 @@ SF_ALWAYS_INLINE void dot_q6_K_rows(const sf_block_q6_K *row, const sf_act_k *co
 
 ROWS_BY_R(rows_q6_K, dot_q6_K_rows, sf_block_q6_K)
 
+/* avx512.c's x86_wide.h sets the wide products; AVX2 has none (sf_matmul keeps the x8 kernels) */
+#ifndef SF_X86_WIDE_OPS
+#define SF_X86_WIDE_OPS .wide_tile = NULL, .wide_rows = NULL
+#endif
+
 #define SF_X86_KERNELS(NAME)                                                                   \
     {                                                                                          \
         .name = NAME, .quant_k = quant_k, .quant_32 = quant_32, .q8_0 = rows_q8_0,             \
         .q5_0 = rows_q5_0, .q4_0 = rows_q4_0, .q4_K = rows_q4_K, .q6_K = rows_q6_K,            \
         .q8_0_x8 = rows_q8_0_x8, .q5_0_x8 = rows_q5_0_x8, .q4_0_x8 = rows_q4_0_x8, .q4_K_x8 = rows_q4_K_x8,            \
-        .q6_K_x8 = rows_q6_K_x8, SF_LAYER_OPS, .dot_loop = dot_peak_loop, .dot_forms = SF_DOT_FORMS, \
+        .q6_K_x8 = rows_q6_K_x8, SF_LAYER_OPS, .dot_loop = dot_peak_loop, .dot_forms = SF_DOT_FORMS, SF_X86_WIDE_OPS, \
     }
 
 #endif /* SF_X86_BODY_H */

@@ -1,0 +1,115 @@
+"""The kernels' wide path (native.set_wide_rows): products of many rows, as a prefill has, on
+tiles of 32 weight rows quantized again to int8. Bit for bit the reference's on every variant
+that has it; close to the float product; never taken below the threshold, for a type it
+lacks or for N not a multiple of 32, so verifies keep the repacked kernels' bits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lsp_server.kernels import native
+from tests.kernels.test_native_kernels import (REL_ERROR_BOUND, needs_lib, random_weights, random_x, same_bits,
+                                               supported_variants)
+
+Q4_K, Q6_K = 12, 14
+
+
+@pytest.fixture(autouse=True)
+def restore_wide():
+    if not native.available():
+        yield
+        return
+    before = native.variant(), native.threads(), native.wide_rows()
+    yield
+    native.set_variant(before[0])
+    native.set_threads(before[1])
+    native.set_wide_rows(before[2])
+
+
+def wide_variants() -> list[str]:
+    return [v for v in supported_variants() if native.has_wide(v)]
+
+
+def product(weight: native.Weight, x: torch.Tensor, variant: str, wide_from: int, threads: int = 1) -> torch.Tensor:
+    native.set_variant(variant)
+    native.set_threads(threads)
+    native.set_wide_rows(wide_from)
+    return weight.matmul(x, torch.empty(x.shape[0], weight.N))
+
+
+@needs_lib
+def test_the_reference_has_the_wide_path_and_avx512_where_it_runs():
+    assert native.has_wide("scalar")
+    if "avx512" in supported_variants():
+        assert native.has_wide("avx512")
+
+
+@needs_lib
+@pytest.mark.parametrize("variant", wide_variants())
+@pytest.mark.parametrize("type_id", [Q4_K, Q6_K])
+def test_every_wide_variant_matches_the_reference_bit_for_bit(type_id, variant):
+    for N, K in ((32, 256), (96, 768), (64, 2816)):
+        w = native.Weight(type_id, random_weights(type_id, N, K, seed=N + K), K)
+        for M in (1, 5, 6, 7, 12, 13, 40):
+            x = random_x(M, K, seed=M)
+            ref = product(w, x, "scalar", 1)
+            for threads in (1, 2, 3):
+                assert same_bits(product(w, x, variant, 1, threads), ref), (N, K, M, threads)
+
+
+@needs_lib
+@pytest.mark.parametrize("variant", wide_variants())
+def test_wide_rows_do_not_depend_on_the_other_rows(variant):
+    K, N = 1536, 256
+    w = native.Weight(Q4_K, random_weights(Q4_K, N, K, seed=2, realistic=True), K)
+    x = random_x(70, K, seed=3)
+    full = product(w, x, variant, 1, threads=2)
+    rows = torch.cat([product(w, x[m:m + 1], variant, 1) for m in range(0, 70, 9)])
+    assert same_bits(rows, full[::9])
+
+
+@needs_lib
+@pytest.mark.parametrize("type_id", [Q4_K, Q6_K])
+def test_wide_products_stay_close_to_the_float_product(type_id):
+    K, N = 1024, 64
+    raw = random_weights(type_id, N, K, seed=3, realistic=True)
+    w = native.Weight(type_id, raw, K)
+    x = torch.randn(20, K, generator=torch.Generator().manual_seed(5))
+    exact = x.double() @ native.dequantize(type_id, raw, K).double().T  # [20, N]
+    for variant in wide_variants():
+        rel = ((product(w, x, variant, 1).double() - exact).norm() / exact.norm()).item()
+        assert rel < REL_ERROR_BOUND, (variant, rel)
+
+
+@needs_lib
+def test_below_the_threshold_and_where_it_does_not_fit_the_repacked_kernels_run():
+    variant = native.variant()
+    K = 512
+    for type_id, N in ((Q4_K, 64), (Q6_K, 64), (Q4_K, 40)):  # 40 rows: not whole tiles
+        w = native.Weight(type_id, random_weights(type_id, N, K, seed=N, realistic=True), K)
+        x = random_x(20, K, seed=1)
+        exact_path = product(w, x, variant, 0)
+        assert same_bits(product(w, x, variant, 21), exact_path)  # 20 rows < 21
+        wide = product(w, x, variant, 20)
+        if N % 32 or not native.has_wide(variant):
+            assert same_bits(wide, exact_path)
+        else:
+            assert not same_bits(wide, exact_path)  # the tile's rounding differs
+
+
+@needs_lib
+@pytest.mark.parametrize("variant", wide_variants())
+def test_a_nan_in_an_activation_row_reaches_only_that_rows_outputs(variant):
+    K = 512
+    w = native.Weight(Q6_K, random_weights(Q6_K, 32, K, seed=4, realistic=True), K)
+    x = torch.randn(3, K)
+    x[1, 7], x[2, 300] = float("nan"), float("inf")
+    y = product(w, x, variant, 1)
+    assert torch.isfinite(y[0]).all() and torch.isnan(y[1:]).all()
+
+
+@needs_lib
+def test_a_bad_threshold_is_refused():
+    with pytest.raises(ValueError, match="wide rows"):
+        native.set_wide_rows(-1)
