@@ -113,3 +113,20 @@ def test_a_nan_in_an_activation_row_reaches_only_that_rows_outputs(variant):
 def test_a_bad_threshold_is_refused():
     with pytest.raises(ValueError, match="wide rows"):
         native.set_wide_rows(-1)
+
+
+@needs_lib
+@pytest.mark.parametrize("variant", wide_variants())
+@pytest.mark.parametrize("type_id", [Q4_K, Q6_K])
+def test_infinite_and_nan_weight_scales_give_the_references_bits(type_id, variant):
+    K, N = 512, 32
+    raw = random_weights(type_id, N, K, seed=6, realistic=True)
+    d_at = 0 if type_id == Q4_K else 208  # the block's fp16 d
+    block = 144 if type_id == Q4_K else 210
+    for row, half in ((3, 0x7C00), (17, 0x7E00), (30, 0xFC00)):  # +inf, NaN, -inf in one super-block
+        raw[row, block + d_at:block + d_at + 2] = torch.tensor([half & 0xFF, half >> 8], dtype=torch.uint8)
+    w = native.Weight(type_id, raw, K)
+    x = random_x(9, K, seed=2)
+    ref = product(w, x, "scalar", 1)
+    assert not torch.isfinite(ref[:, 3]).any() and torch.isfinite(ref[:, 0]).all()
+    assert same_bits(product(w, x, variant, 1), ref)

@@ -22,10 +22,9 @@ static inline __m512 rows4(const float x[4]) {
                                  _mm512_castps128_ps512(_mm_loadu_ps(x)));
 }
 
-/* The 8 rows' amax, NaN flags, scales: then every value quantized into tile rows
- * base..base+7 (+ 128), sf_act_scale's edge cases as the reference has them. */
-static void wide_quantize_group(const struct wide_vals *w, __m512 vmax[2], __mmask16 nan[2], sf_wide_block *t,
-                                int base) {
+/* The 8 rows' amax and scales (all values finite): then every value quantized into tile
+ * rows base..base+7 (+ 128), sf_act_scale's edge cases as the reference has them. */
+static void wide_quantize_group(const struct wide_vals *w, const __m512 vmax[2], sf_wide_block *t, int base) {
     float amax[8], id[8], d[8];
     int zero[8];
     for (int h = 0; h < 2; h++) {
@@ -37,9 +36,8 @@ static void wide_quantize_group(const struct wide_vals *w, __m512 vmax[2], __mma
         for (int n = 0; n < 4; n++) amax[4 * h + n] = lanes[4 * n];
     }
     for (int n = 0; n < 8; n++) {
-        const int bad = ((nan[n / 4] >> (4 * (n % 4))) & 0xf) != 0;
         int8_t none;
-        zero[n] = !sf_act_scale(amax[n], bad, 0, &none, &d[n], &id[n]);
+        zero[n] = !sf_act_scale(amax[n], 0, 0, &none, &d[n], &id[n]);
         if (zero[n]) id[n] = 0.0f;
         t->d[base + n] = d[n];
     }
@@ -51,20 +49,47 @@ static void wide_quantize_group(const struct wide_vals *w, __m512 vmax[2], __mma
         _mm_storeu_si128((__m128i *)&t->q[j][base][0], _mm_xor_si128(_mm512_cvtsepi32_epi8(qa), flip));
         _mm_storeu_si128((__m128i *)&t->q[j][base + 4][0], _mm_xor_si128(_mm512_cvtsepi32_epi8(qb), flip));
     }
-    for (int n = 0; n < 8; n++)  /* NaN, infinite or tiny rows: q = 0 (a NaN times 0 is not 0) */
+    for (int n = 0; n < 8; n++)  /* tiny rows: q = 0 */
         if (zero[n])
             for (int j = 0; j < SF_QKK / 4; j++) memset(t->q[j][base + n], 128, 4);
 }
 
-/* 16 values (4 rows x 4) as floats from 16 unsigned / signed bytes, scaled as the reference
- * dequantizer does (s * q - m; Q6_K: s * q, m = 0 is not subtracted: -0.0 stays) */
-static inline void wide_put(struct wide_vals *w, int j, int h, __m512 f, __m512 *vmax, __mmask16 *nan) {
-    *nan |= _mm512_cmp_ps_mask(f, f, _CMP_UNORD_Q);
+/* 16 values (4 rows x 4) of the reference dequantizer's (s * q - m; Q6_K: s * q), kept with
+ * their running amax: the fast paths run only where every scale of the 8 rows is finite, so
+ * no value is a NaN or infinite and no NaN flags are needed (wide_group_slow has the rest) */
+static inline void wide_put(struct wide_vals *w, int j, int h, __m512 f, __m512 *vmax) {
     *vmax = _mm512_max_ps(*vmax, _mm512_abs_ps(f));
     _mm512_store_ps(w->v[j] + 16 * h, f);
 }
 
+static inline int fp16_finite(uint16_t h) { return (h & 0x7c00) != 0x7c00; }
+
+/* A group's super-block row by row as the reference makes it (the variant's quant_block
+ * equals ref_quant_block bit for bit): for scales that are infinite or NaN */
+static void wide_group_slow(int type, const uint8_t *block, sf_wide_block *t, int base) {
+    for (int n = 0; n < 8; n++) {
+        float v[SF_QKK];
+        int8_t q[SF_QKK];
+        if (type == SF_Q4_K_X8) {
+            sf_block_q4_K b;
+            sf_unpack_q4_K_x8((const sf_block_q4_K_x8 *)block, n, &b);
+            sf_ref_dequantize_row(SF_Q4_K, (const uint8_t *)&b, SF_QKK, v);
+        } else {
+            sf_block_q6_K b;
+            sf_unpack_q6_K_x8((const sf_block_q6_K_x8 *)block, n, &b);
+            sf_ref_dequantize_row(SF_Q6_K, (const uint8_t *)&b, SF_QKK, v);
+        }
+        t->d[base + n] = quant_block(v, SF_QKK, q);
+        for (int u = 0; u < SF_QKK; u++) t->q[u / 4][base + n][u % 4] = (uint8_t)(q[u] + 128);
+    }
+}
+
 static void wide_q4_K_group(const sf_block_q4_K_x8 *g, sf_wide_block *t, int base) {
+    for (int n = 0; n < 8; n++)
+        if (!fp16_finite(g->d[n]) || !fp16_finite(g->dmin[n])) {
+            wide_group_slow(SF_Q4_K_X8, (const uint8_t *)g, t, base);
+            return;
+        }
     _Alignas(64) float ds[8][8], dm[8][8];  /* [sub-block][row] */
     for (int n = 0; n < 8; n++) {
         uint8_t s[12], sc[8], mn[8];
@@ -84,7 +109,6 @@ static void wide_q4_K_group(const sf_block_q4_K_x8 *g, sf_wide_block *t, int bas
         }
     struct wide_vals w;
     __m512 vmax[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    __mmask16 nan[2] = {0, 0};
     const __m256i low = _mm256_set1_epi8(0x0f);
     for (int v = 0; v < 32; v++) {  /* line v: bytes 4v..4v+3 of each row's 32-byte run v / 8 */
         const __m256i line = _mm256_loadu_si256((const __m256i *)g->qs[v]);
@@ -96,14 +120,19 @@ static void wide_q4_K_group(const sf_block_q4_K_x8 *g, sf_wide_block *t, int bas
                 const __m128i bytes = h ? _mm256_extracti128_si256(nib[hi], 1) : _mm256_castsi256_si128(nib[hi]);
                 const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
                 const __m512 f = _mm512_sub_ps(_mm512_mul_ps(dsv[sub][h], q), dmv[sub][h]);
-                wide_put(&w, j + 8 * hi, h, f, &vmax[h], &nan[h]);
+                wide_put(&w, j + 8 * hi, h, f, &vmax[h]);
             }
         }
     }
-    wide_quantize_group(&w, vmax, nan, t, base);
+    wide_quantize_group(&w, vmax, t, base);
 }
 
 static void wide_q6_K_group(const sf_block_q6_K_x8 *g, sf_wide_block *t, int base) {
+    for (int n = 0; n < 8; n++)
+        if (!fp16_finite(g->d[n])) {
+            wide_group_slow(SF_Q6_K_X8, (const uint8_t *)g, t, base);
+            return;
+        }
     _Alignas(64) float ds[16][8];  /* [run of 16 values][row] */
     for (int n = 0; n < 8; n++) {
         const float d = sf_fp16_to_fp32(g->d[n]);
@@ -114,7 +143,6 @@ static void wide_q6_K_group(const sf_block_q6_K_x8 *g, sf_wide_block *t, int bas
         for (int h = 0; h < 2; h++) dsv[r][h] = rows4(ds[r] + 4 * h);
     struct wide_vals w;
     __m512 vmax[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    __mmask16 nan[2] = {0, 0};
     const __m256i low = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
     for (int v = 0; v < 16; v++) {  /* quads v, v + 16, v + 32, v + 48 (sf_block_q6_K_x8) */
         const __m256i p0 = _mm256_loadu_si256((const __m256i *)g->q[v][0]);
@@ -130,11 +158,11 @@ static void wide_q6_K_group(const sf_block_q6_K_x8 *g, sf_wide_block *t, int bas
             for (int h = 0; h < 2; h++) {
                 const __m128i bytes = h ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q);
                 const __m512 f = _mm512_mul_ps(dsv[j / 4][h], _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)));
-                wide_put(&w, j, h, f, &vmax[h], &nan[h]);
+                wide_put(&w, j, h, f, &vmax[h]);
             }
         }
     }
-    wide_quantize_group(&w, vmax, nan, t, base);
+    wide_quantize_group(&w, vmax, t, base);
 }
 
 static void wide_tile(int type, const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block *tile) {
