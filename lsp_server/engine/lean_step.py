@@ -128,10 +128,12 @@ ROW_BY_ROW_MAX_ROWS = 16
 # Products of this many rows and more take the kernels' wide path (native.set_wide_rows):
 # 32 weight rows at a time quantized again to int8 and shared by every row, ~1.4x the
 # repacked kernels' rate on Q4_K and ~2x on Q6_K at 256-512 rows, slower below ~64 (the
-# tile costs about what 40 rows of products do). Each row still gets the same numbers
-# whatever the other rows, but not those of the repacked kernels, so verifies (at most
-# ROW_BY_ROW_MAX_ROWS rows, compared with single steps) must stay below it.
-WIDE_ROWS = 128
+# tile costs about what 40 rows of products do). The target's prompt of 100 / 200 tokens
+# in one feed: 0.58 / 0.92 s from 64 rows on, 0.69 / 0.95 s from 128, 0.68 / 1.29 s
+# without (AMD EPYC Zen 4, 2 threads, interleaved, one run). Each row still gets the same
+# numbers whatever the other rows, but not those of the repacked kernels, so verifies (at
+# most ROW_BY_ROW_MAX_ROWS rows, compared with single steps) must stay below it.
+WIDE_ROWS = 64
 # Prompts go through the native one-call layers in feeds of up to this many rows: a
 # 1,000-token prefill of the 1.5B target took 5.4 s in 256-row feeds on the wide path
 # against 8.1 s in 16-row feeds and 9.1 s through torch's layers in 512-row feeds (AMD EPYC
