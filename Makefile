@@ -108,7 +108,10 @@ bench-peers: models llama-server ## specfill vs every llama-server mode (plain, 
 bench-llamacpp: models llama-server ## specfill's decode and prefill vs llama-bench, interleaved, same threads and context lengths (~3 min)
 	$(SPECFILL) bench llamacpp --out $(OUT)/llamacpp
 
+bench-prefill: models ## a 1,000-token prompt's prefill, the engine's feeds vs the 16-row exact feeds, interleaved; how far the logits move (~2 min)
+	$(SPECFILL) bench prefill --out $(OUT)/prefill
+
 clean: ## remove build outputs (keeps .venv and the model cache)
 	rm -rf build dist *.egg-info editors/vscode/dist editors/vscode/*.vsix .pytest_cache
 
-.PHONY: help setup models demo editor-deps editors llama-server llama-bench-avx2 cross-deps test test-remote test-fast test-robustness soak test-slow test-editors bench bench-kernels bench-lsp bench-policy bench-quality bench-agreement bench-bound bench-peers bench-llamacpp clean
+.PHONY: help setup models demo editor-deps editors llama-server llama-bench-avx2 cross-deps test test-remote test-fast test-robustness soak test-slow test-editors bench bench-kernels bench-lsp bench-policy bench-quality bench-agreement bench-bound bench-peers bench-llamacpp bench-prefill clean

@@ -14,6 +14,8 @@ BENCHMARKS = {
     "policy": ("lsp_server.bench.policy_bench", "syntax policy vs fixed k, per context class"),
     "peers": ("lsp_server.bench.peers", "specfill vs every llama-server mode on the same GGUF files"),
     "llamacpp": ("lsp_server.bench.versus_llama", "decode and prefill vs llama-bench, interleaved, same threads"),
+    "prefill": ("lsp_server.bench.prefill_bench",
+                "a long prompt's prefill: the engine's feeds vs the 16-row exact feeds, interleaved; logits moved"),
     "remote": ("lsp_server.bench.remote_bench", "specfill in front of real llama-servers: overhead, cancel, failover"),
     "quality": ("lsp_server.bench.quality", "completion quality on held-out real code, through the server"),
     "context-bound": ("lsp_server.bench.context_bound",

@@ -14,7 +14,9 @@ on registers (vpdpbusd zmm / ymm on avx512; maddubs + add, and maddubs + madd + 
 avx2), one thread's rate times the threads (on a shared machine the threads-at-once rate is
 lower and printed beside it). The one-row pass, which streams the weights, is set against a
 plain read of the same bytes (--passes of it, median). The scalar reference is ~40x slower
-than AVX2, so by default it runs M = 1 only (--scalar-rows)."""
+than AVX2, so by default it runs M = 1 only (--scalar-rows). Where the variant has the wide
+path (native.set_wide_rows: a prefill's many rows on int8 tiles shared by every row), its
+rows (--wide-rows) follow, every product on it."""
 
 from __future__ import annotations
 
@@ -106,6 +108,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rows", default="1,2,3,5,9,13,16", help="activation row counts M")
     parser.add_argument("--scalar-rows", default="1", help="row counts for the (slow) scalar reference; empty: skip it")
     parser.add_argument("--passes", type=int, default=5, help="timed passes per M (median)")
+    parser.add_argument("--wide-rows", default="64,256,512",
+                        help="row counts for the wide path (a prefill's products: native.set_wide_rows) where the "
+                             "variant has it; empty: skip it")
     parser.add_argument("--variants", default="", help="comma-separated; default: all this CPU runs")
     parser.add_argument("--threads", type=int, default=0, help="0 = the CPUs of the affinity mask")
 
@@ -149,6 +154,17 @@ def time_variant(variant: str, mats: list[Matrix], args: argparse.Namespace, rea
         gbs, gmacs = total / ms / 1e6, macs * M / ms / 1e6
         share = f"{100 * gmacs / peak:>5.0f}%" if peak else f"{'-':>6}"
         print(f"{variant:<8} {M:>3} {ms:>9.1f} {ms / base:>7.2f} {gbs:>6.1f} {100 * gbs / read:>5.0f}% {gmacs:>7.1f} {share}",
+              flush=True)
+    wide = [int(r) for r in args.wide_rows.split(",") if r] if variant != "scalar" and native.has_wide(variant) else []
+    for M in wide:  # every product of M rows on the wide path, as a prefill's feeds take it
+        native.set_wide_rows(1)
+        try:
+            ms = time_passes(mats, M, args.passes)
+        finally:
+            native.set_wide_rows(0)
+        gbs, gmacs = total / ms / 1e6, macs * M / ms / 1e6
+        share = f"{100 * gmacs / peak:>5.0f}%" if peak else f"{'-':>6}"
+        print(f"{'  wide':<8} {M:>3} {ms:>9.1f} {ms / base:>7.2f} {gbs:>6.1f} {100 * gbs / read:>5.0f}% {gmacs:>7.1f} {share}",
               flush=True)
     print()
 

@@ -100,21 +100,26 @@ class KVSlot:
 
     def extend(
         self, ids: Sequence[int], chunk: int = 0,
-        should_abort: Callable[[], bool] | None = None,
+        should_abort: Callable[[], bool] | None = None, first: int = 0,
     ) -> tuple[int, torch.Tensor | None]:
         """Make the cache hold exactly `ids`, feeding only what differs.
 
         Returns (tokens fed, next-token logits [V] or None when nothing was fed). Long
-        feeds go in chunks so an abort is seen between chunks.
+        feeds go in chunks so an abort is seen between chunks. With `first`, the chunks
+        grow from `first` rows to `chunk`, none longer than what this call fed before it:
+        an abort loses the chunk it lands in, so at most about half of what was done.
         """
         self.rewind(common_prefix_len(self.ids, ids))
         rest = list(ids[len(self.ids):])
-        step = chunk if chunk > 0 else max(1, len(rest))
+        most = chunk if chunk > 0 else max(1, len(rest))
         logits = None
-        for start in range(0, len(rest), step):
+        start = 0
+        while start < len(rest):
             if should_abort is not None and start > 0 and should_abort():
                 raise Aborted()
+            step = min(most, max(first, start)) if first > 0 else most
             logits = self.feed(rest[start:start + step], all_logits=False)[-1]
+            start += step
         return len(rest), logits
 
     def sync(

@@ -57,10 +57,11 @@ class ModelDrafter:
         assert self.slot is not None
         return max(0, len(ids) - 1 - common_prefix_len(self.slot.ids, ids))
 
-    def prefill(self, ids: Sequence[int], chunk: int, should_abort: Callable[[], bool]) -> int:
-        """Bring the draft cache up to all but the last of `ids`; returns tokens fed."""
+    def prefill(self, ids: Sequence[int], chunk: int, should_abort: Callable[[], bool], first: int = 0) -> int:
+        """Bring the draft cache up to all but the last of `ids`, in chunks growing from
+        `first` rows (KVSlot.extend); returns tokens fed."""
         assert self.slot is not None
-        fed, _ = self.slot.extend(ids[:-1], chunk, should_abort)
+        fed, _ = self.slot.extend(ids[:-1], chunk, should_abort, first)
         return fed
 
     def propose(

@@ -26,6 +26,7 @@ from .draft_head import DEFAULT_COMMON
 from .draft_choice import Offer, pick_free, price_key, rewrites_suffix
 from .drafters import Draft, ModelDrafter, PoolDrafter, PromptLookupDrafter
 from .healing import TokenTexts, mask_to, remaining
+from . import lean_step
 from .lean_step import one_call_rows
 from .lineage import Lineage, best_known
 from .sampling import Sampling, entropy, pick, verify_greedy, verify_sampled
@@ -61,15 +62,27 @@ def _chunk(slot: KVSlot | None, wanted: int) -> int:
     return wanted
 
 
+def _first_chunk(slot: KVSlot | None) -> int:
+    """Where a prompt's chunks start (KVSlot.extend's `first`), growing to `_chunk`'s rows:
+    a warm preempted by a real request, or a prefill superseded by the next keystroke's,
+    loses the chunk it was in. `bench lsp --session open` with 128-row warm chunks (AMD EPYC
+    Zen 4, 5 spots asked 0.5 s after opening, 2026-12-07): the request prefilled its whole
+    307-token prompt, the warm's first chunk lost. The wide path's least rows, so that
+    every chunk keeps it; 0 (fixed chunks) off the native layers."""
+    return lean_step.WIDE_ROWS if isinstance(slot, LeanSlot) and one_call_rows(slot.model) else 0
+
+
 @dataclass
 class EngineOptions:
     pool_size: int = 8  # KV slots per model, within cache.POOL_POSITIONS positions together
     # Decoder layers see aborts (cache.install_abort_hooks), so a prefill need not be cut
     # into chunks for latency; chunks only bound the activation memory of huge prompts.
     prefill_chunk: int = 512
-    # A warm is preempted within a layer and loses only the chunk it was in: small chunks
-    # keep most of a preempted warm's work, and 128 rows still take the kernels' wide path
-    # (`_chunk`; 256-row chunks prefill ~15 % faster, lose twice as much).
+    # A warm is preempted within a layer and loses only the chunk it was in; its chunks
+    # grow to this from `_first_chunk`, so it loses at most about half of what it did.
+    # 128, not the 256 of a request's prefill: on the torch layers (no native kernels) a
+    # request waited 2.4 s behind a preempted warm of 256-row chunks, 1.8 s being the whole
+    # warm (tests/e2e/test_warm.py, tiny models).
     warm_chunk: int = 128
     # A precompute (request.background) prefills mostly what its lineage already cached,
     # so it can take small chunks: a real request preempting it waits for the rest of one
@@ -274,7 +287,7 @@ class SpeculativeEngine:
         warm = run.request.max_new_tokens <= 0
         chunk = (self.options.background_chunk if run.request.background else
                  self.options.warm_chunk if warm else self.options.prefill_chunk)
-        fed, logits = slot.extend(run.ids, _chunk(slot, chunk), should_abort)
+        fed, logits = slot.extend(run.ids, _chunk(slot, chunk), should_abort, _first_chunk(slot))
         if logits is None:  # the slot already held the whole prompt
             logits = slot.sync(run.ids)
             fed = 1
@@ -295,7 +308,8 @@ class SpeculativeEngine:
         drafter = self._model_drafter(run.request.policy)
         if drafter is not None:
             t = time.perf_counter()
-            fed = drafter.prefill(run.ids, _chunk(drafter.slot, self.options.warm_chunk), should_abort)
+            fed = drafter.prefill(run.ids, _chunk(drafter.slot, self.options.warm_chunk), should_abort,
+                                  _first_chunk(drafter.slot))
             elapsed = time.perf_counter() - t
             run.stats.prefill_s += elapsed
             if self.live is not None:
@@ -395,7 +409,8 @@ class SpeculativeEngine:
             return Draft("plain", [])
         run.rented = 0
         if model.missing(run.ids) > 1:  # catching up, timed apart from the draft steps
-            fed = model.prefill(run.ids, self.options.prefill_chunk, should_abort)
+            fed = model.prefill(run.ids, _chunk(model.slot, self.options.prefill_chunk), should_abort,
+                                _first_chunk(model.slot))
             if self.live is not None:
                 self.live.observe_catch_up(fed, time.perf_counter() - t)
         steps_t = time.perf_counter()
