@@ -13,6 +13,9 @@
 
 #include "specfill_kernels.h"
 
+#include "blocks.h"      /* no contraction here either */
+#include "layer_body.h"  /* lanes_sum and sf_exp for the attention written out below */
+
 static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
 
 static uint32_t rnd(void) {
@@ -245,6 +248,68 @@ static void run_attention_split(void) {
     sf_set_threads(0);
 }
 
+/* Attention written out one query and one key at a time, in the order layer_body.h keeps
+ * whatever its loops: a key's score is 16 partial sums over d in order from +0.0, lanes_sum,
+ * * scale; then the maximum, sf_exp, the values summed in key order and the total of 16
+ * partial sums over the keys. q, keys and values as sf_attention left them (q rotated). */
+static void attention_one_at_a_time(const float *q, const float *kc, const float *vc, int64_t M, int64_t H, int64_t KV,
+                                    int64_t D, int64_t cap, int64_t past, float scale, float *out) {
+    static float s[4096];
+    for (int64_t j = 0; j < M; j++)
+        for (int64_t h = 0; h < H; h++) {
+            const float *qh = q + (j * H + h) * D, *k = kc + h / (H / KV) * cap * D, *v = vc + h / (H / KV) * cap * D;
+            float *o = out + (j * H + h) * D, top = -INFINITY, acc[SF_LANES] = {0};
+            const int64_t L = past + j + 1;
+            for (int64_t t = 0; t < L; t++) {
+                float a[SF_LANES] = {0};
+                for (int64_t d = 0; d < D; d += SF_LANES)
+                    for (int l = 0; l < SF_LANES; l++) a[l] += qh[d + l] * k[t * D + d + l];
+                s[t] = lanes_sum(a) * scale;
+                top = s[t] > top ? s[t] : top;
+            }
+            for (int64_t t = 0; t < L; t++) s[t] = sf_exp(s[t] - top);
+            for (int64_t d = 0; d < D; d++) {
+                o[d] = 0.0f;
+                for (int64_t t = 0; t < L; t++) o[d] += s[t] * v[t * D + d];
+            }
+            for (int64_t t = 0; t < L; t++) acc[t % SF_LANES] += s[t];
+            const float total = lanes_sum(acc);
+            for (int64_t d = 0; d < D; d++) o[d] = o[d] / total;
+        }
+}
+
+/* Every variant's attention against attention_one_at_a_time: the rows of a call end at
+ * different keys, most of them inside a block of 16 or 32 (the scores run 16 keys at once),
+ * D not always a multiple of 32 or 64, 1 and 2 threads. */
+static void run_attention_one_at_a_time(void) {
+    enum { M = 7, H = 12, KV = 2, CAP = 80 };
+    const int64_t Ds[] = {48, 128}, pasts[] = {0, 9, 26, 40, 73};
+    static float q0[M * H * 128], kv0[M * 2 * KV * 128], cs[M * 128], sn[M * 128], q[M * H * 128];
+    static float kv[M * 2 * KV * 128], kc[KV * CAP * 128], vc[KV * CAP * 128], att[M * H * 128], ref[M * H * 128];
+    for (int di = 0; di < 2; di++)
+        for (int pi = 0; pi < 5; pi++) {
+            const int64_t D = Ds[di], past = pasts[pi];
+            attention_inputs(q0, M * H * D, kv0, M * 2 * KV * D, cs, sn, M * D);
+            for (int v = 0; v < SF_NVARIANTS; v++) {
+                if (!sf_variant_supported(v)) continue;
+                sf_set_variant(v);
+                for (int threads = 1; threads <= 2; threads++) {
+                    sf_set_threads(threads);
+                    memcpy(q, q0, sizeof q);
+                    memcpy(kv, kv0, sizeof kv);
+                    for (int i = 0; i < KV * CAP * 128; i++) kc[i] = rnd_normal(), vc[i] = rnd_normal();
+                    memset(att, 0xff, sizeof att);
+                    check(sf_attention(q, H * D, kv, kv + KV * D, 2 * KV * D, M, H, KV, D, cs, sn, kc, vc, CAP, past,
+                                       0.09f, att) == 0, "attention returns 0", threads, sf_variant_name(v), M, H, D);
+                    attention_one_at_a_time(q, kc, vc, M, H, KV, D, CAP, past, 0.09f, ref);
+                    check(same_bits(att, ref, M * H * D), "attention == one query and one key at a time", (int)past,
+                          sf_variant_name(v), M, H, D);
+                }
+            }
+        }
+    sf_set_threads(0);
+}
+
 /* The wide path (sf_set_wide_rows): every variant that has it against the reference's, bit
  * for bit, 1-3 threads; M rows at once against one-row calls (the tile is the same whatever M). */
 static void run_wide(void) {
@@ -303,6 +368,7 @@ int main(void) {
     run_specials();
     run_layer_ops();
     run_attention_split();
+    run_attention_one_at_a_time();
     run_wide();
     sf_set_threads(0);
     printf("variants run:");
