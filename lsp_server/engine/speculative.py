@@ -53,9 +53,9 @@ def _chunk(slot: KVSlot | None, wanted: int) -> int:
     (lean_step) at most lean_step.NATIVE_MAX_ROWS, one library call a layer. From
     lean_step.WIDE_ROWS rows the products take the kernels' wide path: a 1,000-token prompt
     of the 1.5B target took 7.86 s in 16-row chunks, 7.66 in 64s, 6.31 in 128s and 5.50 in
-    256s; the 0.5B draft (Q4_0, no wide path) 3.1-3.3 s at every size (AMD EPYC Zen 4, 2
-    threads, interleaved rounds, one run). A real request that preempts a warm stops it
-    within a 32-row tile of a product, and the warm loses the chunk it was in."""
+    256s (AMD EPYC Zen 4, 2 threads, interleaved rounds, one run; 512s: lean_step). A real
+    request that preempts a warm stops it within a 32-row tile of a product, and the warm
+    loses the chunk it was in (hence `_first_chunk`)."""
     rows = one_call_rows(slot.model) if isinstance(slot, LeanSlot) else 0
     if rows:
         return min(wanted, rows) if wanted > 0 else rows
@@ -80,7 +80,7 @@ class EngineOptions:
     prefill_chunk: int = 512
     # A warm is preempted within a layer and loses only the chunk it was in; its chunks
     # grow to this from `_first_chunk`, so it loses at most about half of what it did.
-    # 128, not the 256 of a request's prefill: on the torch layers (no native kernels) a
+    # 128, not a request's prefill_chunk: on the torch layers (no native kernels) a
     # request waited 2.4 s behind a preempted warm of 256-row chunks, 1.8 s being the whole
     # warm (tests/e2e/test_warm.py, tiny models).
     warm_chunk: int = 128
