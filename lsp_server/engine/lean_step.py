@@ -136,7 +136,7 @@ ROW_BY_ROW_MAX_ROWS = 16
 WIDE_ROWS = 64
 # Prompts go through the native one-call layers in feeds of up to this many rows: a
 # 1,000-token prefill of the 1.5B target took 5.11 s here against 7.71 s in 16-row feeds
-# (`specfill bench prefill`, AMD EPYC Zen 4, 2 threads, 2026-12-07 14:55), 256-row feeds
+# (`specfill bench prefill`, AMD EPYC Zen 4, 2 threads, 2026-12-07 14:41), 256-row feeds
 # 5.24 s against 4.84 s for 512 in an interleaved probe (a tile of weights is made once a
 # feed: more rows share it), and 9.1 s through torch's layers in 512-row feeds. A stop
 # request still lands within a 32-row tile of a product (native.request_stop); the layer's
