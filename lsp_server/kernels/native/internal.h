@@ -35,6 +35,12 @@ void sf_unlock_call(void);
  * and one a unit it cannot split; the pool is made ready for them. */
 int sf_job_shares(int64_t wanted, int64_t units);
 void sf_run_job(const struct sf_job *job);  /* under the call lock */
+/* fn(ctx, a, b) for rows [a, b) of M, each row `per_row` values of work, split over the pool
+ * where there are at least SF_ROWS_SHARE_VALUES values a thread (a prefill's activation
+ * quantization and SiLU, ~2 and ~5 ms a layer of 256 rows on the caller alone); for steps
+ * whose rows are their own, so the split changes no bit. Under the call lock. */
+#define SF_ROWS_SHARE_VALUES (1 << 16)
+void sf_run_rows(void (*fn)(const void *ctx, int64_t a, int64_t b), const void *ctx, int64_t M, int64_t per_row);
 /* A buffer of at least `bytes`, grown (never shrunk) and kept across calls, under the call
  * lock; NULL if it cannot grow (the old buffer is kept). */
 void *sf_scratch_grow(void **buf, size_t *cap, size_t bytes);

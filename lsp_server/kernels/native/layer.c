@@ -137,28 +137,16 @@ void sf_listen_for_stop(int on) { listening = on != 0; }
 
 static int stopping(void) { return listening && atomic_load_explicit(&sf_stop_requested, memory_order_relaxed); }
 
-/* SiLU values per share, at least, when a step's rows go to the pool (a prefill's 256 rows
- * of 8,960 were ~5 ms a layer on the caller alone); rows are their own, no bit moves */
-#define SF_SILU_SHARE_VALUES (1 << 16)
-
 struct silu_ctx {
     const struct sf_kernels *k;
     const float *gate_up;
-    int64_t M, F;
+    int64_t F;
     float *out;
 };
 
-static void silu_share(const void *p, int s, int ns) {
+static void silu_rows(const void *p, int64_t a, int64_t b) {
     const struct silu_ctx *c = p;
-    const int64_t a = c->M * s / ns, b = c->M * (s + 1) / ns;
     c->k->silu_mul(c->gate_up + a * 2 * c->F, b - a, c->F, c->out + a * c->F);
-}
-
-static void silu_mul_shared(const struct sf_kernels *k, const float *gate_up, int64_t M, int64_t F, float *out) {
-    const struct silu_ctx c = {k, gate_up, M, F, out};
-    const struct sf_job j = {silu_share, &c, sf_job_shares(M * F / SF_SILU_SHARE_VALUES, M)};
-    if (j.nshares == 1) k->silu_mul(gate_up, M, F, out);
-    else sf_run_job(&j);
 }
 
 static void *layer_scratch;       /* the layer's rows between its steps; under the call lock */
@@ -250,7 +238,8 @@ int sf_layer_step(const struct sf_layer *L, float *x, int64_t M, const float *co
     if ((rc = parts_locked(k, L->gate_up, L->n_gate_up, width, h, M, gate_up, 2 * F)) != SF_OK) goto done;
     if (stopping()) { rc = SF_ESTOPPED; goto done; }
     add_bias(gate_up, M, 2 * F, 2 * F, L->gate_up_bias);
-    silu_mul_shared(k, gate_up, M, F, act);
+    const struct silu_ctx sc = {k, gate_up, F, act};
+    sf_run_rows(silu_rows, &sc, M, F);
     if ((rc = sf_matmul_locked(k, L->down.type, L->down.w, width, F, act, M, t, width, listening)) != SF_OK) goto done;
     add_bias(t, M, width, width, L->down_bias);
     for (int64_t i = 0; i < M * width; i++) x[i] = x[i] + t[i];

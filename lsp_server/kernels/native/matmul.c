@@ -76,36 +76,17 @@ static void quantize_acts(const struct sf_kernels *k, int type, const float *x, 
     for (int64_t m = 0; m < M; m++) quant(x + m * K, K, out + (size_t)m * rb);
 }
 
-/* Activation values per share, at least, when a call's rows are quantized by the pool: a
- * prefill's 256 rows of 8,960 values were ~2 ms a layer on the caller alone, the other
- * threads idle. Rows are quantized alone, so the split changes no bit. */
-#define SF_QUANT_SHARE_VALUES (1 << 16)
-
 struct quant_ctx {
     const struct sf_kernels *k;
     int type;
     const float *x;
-    int64_t M, K;
+    int64_t K;
     uint8_t *out;
 };
 
-static void quant_share(const void *p, int s, int ns) {
+static void quant_rows(const void *p, int64_t a, int64_t b) {
     const struct quant_ctx *c = p;
-    const int64_t a = c->M * s / ns, b = c->M * (s + 1) / ns;
     quantize_acts(c->k, c->type, c->x + a * c->K, b - a, c->K, c->out + (size_t)a * sf_act_row_bytes(c->type, c->K));
-}
-
-/* quantize_acts over the pool's threads where the rows are many; under the call lock */
-static void quantize_acts_shared(const struct sf_kernels *k, int type, const float *x, int64_t M, int64_t K,
-                                 uint8_t *out) {
-    const int shares = sf_job_shares(M * K / SF_QUANT_SHARE_VALUES, M);
-    if (shares == 1) {
-        quantize_acts(k, type, x, M, K, out);
-        return;
-    }
-    const struct quant_ctx c = {k, type, x, M, K, out};
-    const struct sf_job j = {quant_share, &c, shares};
-    sf_run_job(&j);
 }
 
 int sf_quantize_acts(int type, const float *x, int64_t M, int64_t K, void *out) {
@@ -272,7 +253,8 @@ int sf_matmul_locked(const struct sf_kernels *k, int type, const void *w, int64_
     const size_t xrb = sf_act_row_bytes(type, K);
     uint8_t *xq = sf_scratch_grow(&scratch, &scratch_cap, (size_t)M * xrb);
     if (xq == NULL) return SF_ENOMEM;
-    quantize_acts_shared(k, type, x, M, K, xq);
+    const struct quant_ctx qc = {k, type, x, K, xq};
+    sf_run_rows(quant_rows, &qc, M, K);  /* rows quantized alone: the split changes no bit */
     if (wide_fits(k, type, N, M)) return wide_matmul(k, type, w, N, K, xq, xrb, M, y, ldy, listen);
 
     const size_t wrb = sf_row_bytes(type, K);

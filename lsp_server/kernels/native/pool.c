@@ -183,6 +183,24 @@ int sf_job_shares(int64_t wanted, int64_t units) {
     return (int)wanted;
 }
 
+struct rows_ctx {
+    void (*fn)(const void *ctx, int64_t a, int64_t b);
+    const void *ctx;
+    int64_t M;
+};
+
+static void rows_share(const void *p, int s, int ns) {
+    const struct rows_ctx *c = p;
+    c->fn(c->ctx, c->M * s / ns, c->M * (s + 1) / ns);
+}
+
+void sf_run_rows(void (*fn)(const void *ctx, int64_t a, int64_t b), const void *ctx, int64_t M, int64_t per_row) {
+    const struct rows_ctx c = {fn, ctx, M};
+    const struct sf_job j = {rows_share, &c, sf_job_shares(M * per_row / SF_ROWS_SHARE_VALUES, M)};
+    if (j.nshares == 1) fn(ctx, 0, M);
+    else sf_run_job(&j);
+}
+
 void *sf_scratch_grow(void **buf, size_t *cap, size_t bytes) {
     if (bytes <= *cap) return *buf;
     void *p = NULL;
