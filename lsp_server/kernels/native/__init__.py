@@ -169,11 +169,16 @@ def read_bytes(tensors: "list[torch.Tensor]") -> int:
     return checksum
 
 
+def _whole(value: int, what: str) -> int:
+    """value where it is an int >= 0, else ValueError naming `what` it must be."""
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what}, not {value!r}")
+    return value
+
+
 def set_threads(n: int) -> None:
     """Threads per call, the caller's included; 0 = the CPUs this process may run on."""
-    if not isinstance(n, int) or n < 0:
-        raise ValueError(f"threads must be an int >= 0 (0 = all CPUs of the affinity mask), not {n!r}")
-    _need_lib().sf_set_threads(n)
+    _need_lib().sf_set_threads(_whole(n, "threads must be an int >= 0 (0 = all CPUs of the affinity mask)"))
 
 
 def threads() -> int:
@@ -182,17 +187,14 @@ def threads() -> int:
 
 def set_spin_us(us: int) -> None:
     """How long an idle worker spins for the next call before it sleeps (default 50 us)."""
-    if not isinstance(us, int) or us < 0:
-        raise ValueError(f"spin must be an int >= 0 (microseconds), not {us!r}")
-    _need_lib().sf_set_spin_us(us)
+    _need_lib().sf_set_spin_us(_whole(us, "spin must be an int >= 0 (microseconds)"))
 
 
 def set_wide_rows(m: int) -> None:
     """Products of at least m rows (0: none) take the wide path (sf_set_wide_rows): for a
-    prefill's hundreds of rows, not row-independent, so m must stay above a verify's rows."""
-    if not isinstance(m, int) or m < 0:
-        raise ValueError(f"wide rows must be an int >= 0 (0 = never), not {m!r}")
-    _need_lib().sf_set_wide_rows(m)
+    prefill's hundreds of rows; its numbers are not the exact kernels' (the weights rounded
+    once more), so m must stay above a verify's rows."""
+    _need_lib().sf_set_wide_rows(_whole(m, "wide rows must be an int >= 0 (0 = never)"))
 
 
 def wide_rows() -> int:
