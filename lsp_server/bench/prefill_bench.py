@@ -4,9 +4,9 @@ the engine's feeds against the 16-row feeds on the exact kernels that the engine
 
     specfill bench prefill [--tokens 1000] [--rounds 3] [--out DIR]
 
-`engine`: feeds growing from lean_step.WIDE_ROWS to lean_step.NATIVE_MAX_ROWS rows (as the
-engine's prefills run: speculative._first_chunk) through the native one-call layers, their
-products on the kernels' wide path from lean_step.WIDE_ROWS rows (weights quantized
+`engine`: feeds of up to lean_step.NATIVE_MAX_ROWS rows (as a request's prefill runs; warms
+grow theirs: speculative._first_chunk) through the native one-call layers, their products on
+the kernels' wide path from lean_step.WIDE_ROWS rows (weights quantized
 again to int8 per 32-row tile, shared by every row: native.set_wide_rows). `rows16`: feeds
 of lean_step.ROW_BY_ROW_MAX_ROWS rows, every product on the row-independent kernels that
 verifies use. Each round prefills the prompt once a mode on a fresh cache, the mode that goes
@@ -70,22 +70,16 @@ def prompt_ids(runtime: Any, tokens: int) -> list[int]:
     return ids[:tokens]
 
 
-def first_rows(name: str, slot: Any) -> int:
-    from lsp_server.engine.speculative import _first_chunk
-
-    return _first_chunk(slot) if name == "engine" else 0
-
-
-def timed_prefill(slot: Any, ids: list[int], chunk: int, first: int) -> float:
+def timed_prefill(slot: Any, ids: list[int], chunk: int) -> float:
     slot.reset()
     start = time.perf_counter()
-    slot.extend(ids, chunk, None, first)
+    slot.extend(ids, chunk)
     return time.perf_counter() - start
 
 
-def last_logits(slot: Any, ids: list[int], chunk: int, first: int) -> Any:
+def last_logits(slot: Any, ids: list[int], chunk: int) -> Any:
     slot.reset()
-    slot.extend(ids[:-1], chunk, None, first)
+    slot.extend(ids[:-1], chunk)
     return slot.feed(ids[-1:], all_logits=True)[-1].float().clone()
 
 
@@ -111,12 +105,12 @@ def run(args: argparse.Namespace) -> int:
             for name in modes if r % 2 == 0 else modes[::-1]:
                 with mode(name) as chunk:
                     for s, slot in slots.items():
-                        times[(s, name)].append(timed_prefill(slot, ids, chunk, first_rows(name, slot)))
+                        times[(s, name)].append(timed_prefill(slot, ids, chunk))
             print(f"round {r}: " + ", ".join(f"{s} {m} {v[-1]:.2f} s" for (s, m), v in times.items()), flush=True)
         logits = {}
         for name in ("rows16", "engine", "torch512"):
             with mode(name) as chunk:
-                logits[name] = last_logits(slots["target"], ids, chunk, first_rows(name, slots["target"]))
+                logits[name] = last_logits(slots["target"], ids, chunk)
     base = logits["rows16"]
 
     def distance(name: str) -> dict[str, Any]:

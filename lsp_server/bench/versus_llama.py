@@ -63,12 +63,11 @@ class SpecfillSide:
 
     def __init__(self, runtime: Any, seed: int = 0):
         from lsp_server.engine.cache import make_slot
-        from lsp_server.engine.speculative import _chunk, _first_chunk
+        from lsp_server.engine.speculative import _chunk
 
         self.target = runtime.engine.target
         self.make_slot = lambda: make_slot(self.target, lean=True)
         self.chunk = lambda slot: _chunk(slot, runtime.engine.options.prefill_chunk)
-        self.first = _first_chunk
         self.rng = random.Random(seed)
         self.vocab = min(self.target.config.vocab_size, 150_000)  # ordinary ids, below the specials
 
@@ -82,9 +81,9 @@ class SpecfillSide:
         with torch.inference_mode():
             if name.startswith("pp"):
                 t = time.perf_counter()
-                slot.extend(self.ids(n), self.chunk(slot), None, self.first(slot))
+                slot.extend(self.ids(n), self.chunk(slot))
                 return n / (time.perf_counter() - t)
-            _, logits = slot.extend(self.ids(depth) or self.ids(1), self.chunk(slot), None, self.first(slot))
+            _, logits = slot.extend(self.ids(depth) or self.ids(1), self.chunk(slot))
             t = time.perf_counter()
             for _ in range(n):
                 logits = slot.feed([int(torch.argmax(logits))], all_logits=False)[-1]

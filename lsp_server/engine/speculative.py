@@ -63,12 +63,14 @@ def _chunk(slot: KVSlot | None, wanted: int) -> int:
 
 
 def _first_chunk(slot: KVSlot | None) -> int:
-    """Where a prompt's chunks start (KVSlot.extend's `first`), growing to `_chunk`'s rows:
-    a warm preempted by a real request, or a prefill superseded by the next keystroke's,
-    loses the chunk it was in. `bench lsp --session open` with 128-row warm chunks (AMD EPYC
-    Zen 4, 5 spots asked 0.5 s after opening, 2026-12-07): the request prefilled its whole
-    307-token prompt, the warm's first chunk lost. The wide path's least rows, so that
-    every chunk keeps it; 0 (fixed chunks) off the native layers."""
+    """Where a warm's chunks start (KVSlot.extend's `first`), growing to `_chunk`'s rows: a
+    warm preempted by a real request loses the chunk it was in. `bench lsp --session open`
+    with 128-row warm chunks (AMD EPYC Zen 4, 5 spots asked 0.5 s after opening,
+    2026-12-07): the request prefilled its whole 307-token prompt, the warm's first chunk
+    lost. Not for a request's own prefill: growing from 64 rows made a 250-token prompt
+    1.35 s against 1.04 s in one feed (1,000 tokens: 4.99 / 4.52 s; interleaved, one run).
+    The wide path's least rows, so that every chunk keeps it; 0 (fixed chunks) off the
+    native layers."""
     return lean_step.WIDE_ROWS if isinstance(slot, LeanSlot) and one_call_rows(slot.model) else 0
 
 
@@ -287,7 +289,8 @@ class SpeculativeEngine:
         warm = run.request.max_new_tokens <= 0
         chunk = (self.options.background_chunk if run.request.background else
                  self.options.warm_chunk if warm else self.options.prefill_chunk)
-        fed, logits = slot.extend(run.ids, _chunk(slot, chunk), should_abort, _first_chunk(slot))
+        first = _first_chunk(slot) if warm or run.request.background else 0
+        fed, logits = slot.extend(run.ids, _chunk(slot, chunk), should_abort, first)
         if logits is None:  # the slot already held the whole prompt
             logits = slot.sync(run.ids)
             fed = 1
@@ -409,8 +412,7 @@ class SpeculativeEngine:
             return Draft("plain", [])
         run.rented = 0
         if model.missing(run.ids) > 1:  # catching up, timed apart from the draft steps
-            fed = model.prefill(run.ids, _chunk(model.slot, self.options.prefill_chunk), should_abort,
-                                _first_chunk(model.slot))
+            fed = model.prefill(run.ids, _chunk(model.slot, self.options.prefill_chunk), should_abort)
             if self.live is not None:
                 self.live.observe_catch_up(fed, time.perf_counter() - t)
         steps_t = time.perf_counter()
