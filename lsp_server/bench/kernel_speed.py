@@ -148,13 +148,17 @@ def time_variant(variant: str, mats: list[Matrix], args: argparse.Namespace, rea
     print(f"{'variant':<8} {'M':>3} {'ms/pass':>9} {'x M=1':>7} {'GB/s':>6} {'%read':>6} {'GMAC/s':>7} {'%peak':>6}")
     rows = [int(r) for r in (args.scalar_rows if variant == "scalar" else args.rows).split(",") if r]
     base = None
+
+    def line(label: str, M: int, ms: float) -> None:
+        gbs, gmacs = total / ms / 1e6, macs * M / ms / 1e6
+        share = f"{100 * gmacs / peak:>5.0f}%" if peak else f"{'-':>6}"
+        print(f"{label:<8} {M:>3} {ms:>9.1f} {ms / base:>7.2f} {gbs:>6.1f} {100 * gbs / read:>5.0f}% {gmacs:>7.1f} {share}",
+              flush=True)
+
     for M in rows:
         ms = time_passes(mats, M, 1 if variant == "scalar" else args.passes)
         base = base or ms
-        gbs, gmacs = total / ms / 1e6, macs * M / ms / 1e6
-        share = f"{100 * gmacs / peak:>5.0f}%" if peak else f"{'-':>6}"
-        print(f"{variant:<8} {M:>3} {ms:>9.1f} {ms / base:>7.2f} {gbs:>6.1f} {100 * gbs / read:>5.0f}% {gmacs:>7.1f} {share}",
-              flush=True)
+        line(variant, M, ms)
     wide = [int(r) for r in args.wide_rows.split(",") if r] if variant != "scalar" and native.has_wide(variant) else []
     for M in wide:  # every product of M rows on the wide path, as a prefill's feeds take it
         native.set_wide_rows(1)
@@ -162,10 +166,8 @@ def time_variant(variant: str, mats: list[Matrix], args: argparse.Namespace, rea
             ms = time_passes(mats, M, args.passes)
         finally:
             native.set_wide_rows(0)
-        gbs, gmacs = total / ms / 1e6, macs * M / ms / 1e6
-        share = f"{100 * gmacs / peak:>5.0f}%" if peak else f"{'-':>6}"
-        print(f"{'  wide':<8} {M:>3} {ms:>9.1f} {ms / base:>7.2f} {gbs:>6.1f} {100 * gbs / read:>5.0f}% {gmacs:>7.1f} {share}",
-              flush=True)
+        base = base or ms
+        line("  wide", M, ms)
     print()
 
 

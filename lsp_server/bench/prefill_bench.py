@@ -48,13 +48,10 @@ def mode(name: str) -> Iterator[int]:
     from lsp_server.kernels import native
 
     saved = lean_step.NATIVE_MAX_ROWS, native.wide_rows()
-    if name == "rows16":
+    if name != "engine":  # the exact kernels, one-call layers of at most 16 rows
         lean_step.NATIVE_MAX_ROWS = lean_step.ROW_BY_ROW_MAX_ROWS
         native.set_wide_rows(0)
-    elif name == "torch512":  # more rows than the one-call layers take: lean_step's torch layers
-        lean_step.NATIVE_MAX_ROWS = lean_step.ROW_BY_ROW_MAX_ROWS
-        native.set_wide_rows(0)
-    try:
+    try:  # torch512: more rows than the one-call layers take, so lean_step's torch layers
         yield 512 if name == "torch512" else lean_step.NATIVE_MAX_ROWS
     finally:
         lean_step.NATIVE_MAX_ROWS = saved[0]

@@ -26,8 +26,7 @@ from .draft_head import DEFAULT_COMMON
 from .draft_choice import Offer, pick_free, price_key, rewrites_suffix
 from .drafters import Draft, ModelDrafter, PoolDrafter, PromptLookupDrafter
 from .healing import TokenTexts, mask_to, remaining
-from . import lean_step
-from .lean_step import one_call_rows
+from .lean_step import WIDE_ROWS, one_call_rows
 from .lineage import Lineage, best_known
 from .sampling import Sampling, entropy, pick, verify_greedy, verify_sampled
 from .stopping import stop_index, tokens_within
@@ -71,7 +70,7 @@ def _first_chunk(slot: KVSlot | None) -> int:
     1.35 s against 1.04 s in one feed (1,000 tokens: 4.99 / 4.52 s; interleaved, one run).
     The wide path's least rows, so that every chunk keeps it; 0 (fixed chunks) off the
     native layers."""
-    return lean_step.WIDE_ROWS if isinstance(slot, LeanSlot) and one_call_rows(slot.model) else 0
+    return WIDE_ROWS if isinstance(slot, LeanSlot) and one_call_rows(slot.model) else 0
 
 
 @dataclass

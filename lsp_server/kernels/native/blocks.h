@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "specfill_kernels.h"  /* the type ids */
+
 #define SF_QK32 32   /* values per Q8_0 / Q5_0 / Q4_0 block */
 #define SF_QKK 256   /* values per K-quant super-block */
 #define SF_LANES 16  /* partial sums of the float steps' reductions (layer_body.h) */
@@ -421,6 +423,27 @@ static inline void sf_unpack_q4_0_x8(const sf_block_q4_0_x8 *src, int n, sf_bloc
 
 /* The reference dequantizer (ref.c); the public sf_dequantize_rows checks and calls it. */
 void sf_ref_dequantize_row(int type, const uint8_t *w, int64_t K, float *out);
+
+/* Row n of one x8 super-block (type SF_Q4_K_X8 or SF_Q6_K_X8) into row `row` of a wide tile
+ * block, as the reference defines it: dequantized by sf_ref_dequantize_row, quantized by
+ * `quant` (a variant's activation block quantizer, each equal to ref.c's bit for bit), + 128.
+ * The reference's tiles, and a vector variant's for super-blocks its fast path leaves. */
+static inline void sf_wide_row(int type, const uint8_t *x8, int n, float (*quant)(const float *, int, int8_t *),
+                               sf_wide_block *t, int row) {
+    float v[SF_QKK];
+    int8_t q[SF_QKK];
+    if (type == SF_Q4_K_X8) {
+        sf_block_q4_K b;
+        sf_unpack_q4_K_x8((const sf_block_q4_K_x8 *)x8, n, &b);
+        sf_ref_dequantize_row(SF_Q4_K, (const uint8_t *)&b, SF_QKK, v);
+    } else {
+        sf_block_q6_K b;
+        sf_unpack_q6_K_x8((const sf_block_q6_K_x8 *)x8, n, &b);
+        sf_ref_dequantize_row(SF_Q6_K, (const uint8_t *)&b, SF_QKK, v);
+    }
+    t->d[row] = quant(v, SF_QKK, q);
+    for (int u = 0; u < SF_QKK; u++) t->q[u / 4][row][u % 4] = (uint8_t)(q[u] + 128);
+}
 /* One fp32 row -> K / 32 Q4_0 blocks, ggml's reference rounding (ref.c; sf_requantize_rows). */
 void sf_ref_quantize_row_q4_0(const float *x, int64_t K, sf_block_q4_0 *out);
 

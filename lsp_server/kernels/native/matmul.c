@@ -130,6 +130,24 @@ static int64_t claim(_Atomic uint64_t *span, int front) {
     }
 }
 
+/* Units [0, units) split into `shares` contiguous spans, one a share (before the job starts;
+ * sf_run_job publishes them). */
+static void start_spans(int64_t units, int shares) {
+    for (int s = 0; s < shares; s++)
+        atomic_store_explicit(&spans[s].span, (uint64_t)(units * s / shares) << 32 | (uint64_t)(units * (s + 1) / shares),
+                              memory_order_relaxed);
+}
+
+/* Share s's next unit: from the front of its own span, then from the backs of the others',
+ * *v walking s, s + 1, ... (start it at s); -1 when every span is empty. */
+static int64_t next_unit(int s, int ns, int *v) {
+    for (; *v < s + ns; (*v)++) {
+        const int64_t k = claim(&spans[*v % ns].span, *v % ns == s);
+        if (k >= 0) return k;
+    }
+    return -1;
+}
+
 /* Share s takes the chunks of its own slice of N from the front, then those the other shares
  * have not reached from their backs: on a 2-vCPU VM one thread is often late or slowed (the
  * Python thread, interrupts, a neighbour), and with fixed slices the other then idled at the
@@ -144,14 +162,13 @@ static int64_t claim(_Atomic uint64_t *span, int front) {
  * output value is computed by the same instructions whatever the split: no result changes. */
 static void mm_share(const void *p, int s, int ns) {
     const struct mm_ctx *c = p;
-    for (int v = s, i = 0; i < ns; v = (v + 1) % ns, i++)
-        for (;;) {
-            if (c->listen && atomic_load_explicit(&sf_stop_requested, memory_order_relaxed)) return;
-            const int64_t k = claim(&spans[v].span, v == s);
-            if (k < 0) break;
-            const int64_t a = k * c->chunk, b = a + c->chunk < c->N ? a + c->chunk : c->N;
-            c->fn(c->w + (size_t)a * c->wrb, c->wrb, b - a, c->xq, c->xrb, c->M, c->K, c->y + a, c->ldy);
-        }
+    for (int v = s;;) {
+        if (c->listen && atomic_load_explicit(&sf_stop_requested, memory_order_relaxed)) return;
+        const int64_t k = next_unit(s, ns, &v);
+        if (k < 0) return;
+        const int64_t a = k * c->chunk, b = a + c->chunk < c->N ? a + c->chunk : c->N;
+        c->fn(c->w + (size_t)a * c->wrb, c->wrb, b - a, c->xq, c->xrb, c->M, c->K, c->y + a, c->ldy);
+    }
 }
 
 /* Rows of W a call of the rows kernel takes: about SF_CHUNK_BYTES of weights, and few enough
@@ -200,15 +217,14 @@ struct wide_ctx {
 static void wide_share(const void *p, int s, int ns) {
     const struct wide_ctx *c = p;
     sf_wide_block *tile = wide_tiles[s].buf;
-    for (int v = s, i = 0; i < ns; v = (v + 1) % ns, i++)
-        for (;;) {
-            if (c->listen && atomic_load_explicit(&sf_stop_requested, memory_order_relaxed)) return;
-            const int64_t t = claim(&spans[v].span, v == s);
-            if (t < 0) break;
-            const int64_t r = t * SF_WIDE_ROWS;
-            c->k->wide_tile(c->type, c->w + (size_t)r * c->wrb, c->wrb, c->nb, tile);
-            c->k->wide_rows(tile, c->nb, c->xq, c->xrb, c->xsum, c->M, c->y + r, c->ldy);
-        }
+    for (int v = s;;) {
+        if (c->listen && atomic_load_explicit(&sf_stop_requested, memory_order_relaxed)) return;
+        const int64_t t = next_unit(s, ns, &v);
+        if (t < 0) return;
+        const int64_t r = t * SF_WIDE_ROWS;
+        c->k->wide_tile(c->type, c->w + (size_t)r * c->wrb, c->wrb, c->nb, tile);
+        c->k->wide_rows(tile, c->nb, c->xq, c->xrb, c->xsum, c->M, c->y + r, c->ldy);
+    }
 }
 
 static int wide_fits(const struct sf_kernels *k, int type, int64_t N, int64_t M) {
@@ -234,9 +250,7 @@ static int wide_matmul(const struct sf_kernels *k, int type, const void *w, int6
     for (int s = 0; s < shares; s++)
         if (sf_scratch_grow(&wide_tiles[s].buf, &wide_tiles[s].cap, (size_t)nb * sizeof(sf_wide_block)) == NULL)
             return SF_ENOMEM;
-    for (int s = 0; s < shares; s++)
-        atomic_store_explicit(&spans[s].span, (uint64_t)(tiles * s / shares) << 32 | (uint64_t)(tiles * (s + 1) / shares),
-                              memory_order_relaxed);
+    start_spans(tiles, shares);
     const struct wide_ctx c = {k, type, w, sf_row_bytes(type, K), xrb, xq, xsum, N, M, nb, y, ldy, listen};
     const struct sf_job j = {wide_share, &c, shares};
     sf_run_job(&j);
@@ -260,10 +274,7 @@ int sf_matmul_locked(const struct sf_kernels *k, int type, const void *w, int64_
     const size_t wrb = sf_row_bytes(type, K);
     const int shares = sf_job_shares(N * K / SF_MIN_SHARE_VALUES, (N + SF_ROW_ALIGN - 1) / SF_ROW_ALIGN);
     const struct mm_ctx c = {rows_fn(k, type), w, wrb, xrb, xq, N, M, K, y, ldy, mm_chunk_rows(wrb, N, shares), listen};
-    const int64_t chunks = (N + c.chunk - 1) / c.chunk;
-    for (int s = 0; s < shares; s++)
-        atomic_store_explicit(&spans[s].span, (uint64_t)(chunks * s / shares) << 32 | (uint64_t)(chunks * (s + 1) / shares),
-                              memory_order_relaxed);  /* published by sf_run_job */
+    start_spans((N + c.chunk - 1) / c.chunk, shares);
     const struct sf_job j = {mm_share, &c, shares};
     sf_run_job(&j);
     /* the flag is sticky until sf_clear_stop: set now if any share stopped early */

@@ -169,24 +169,11 @@ REF_ROWS_X8(rows_q6_K_x8, sf_block_q6_K_x8, sf_block_q6_K, sf_unpack_q6_K_x8, q6
 /* ---- the wide products: tiles of 32 rows quantized again to int8 (blocks.h) ---- */
 
 static void ref_wide_tile(int type, const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block *tile) {
-    for (int n = 0; n < SF_WIDE_ROWS; n++) {
-        const uint8_t *group = w + (size_t)(n - n % 8) * wrb;
-        for (int64_t i = 0; i < nb; i++) {
-            float v[SF_QKK];
-            int8_t q[SF_QKK];
-            if (type == SF_Q4_K_X8) {
-                sf_block_q4_K b;
-                sf_unpack_q4_K_x8((const sf_block_q4_K_x8 *)group + i, n % 8, &b);
-                sf_ref_dequantize_row(SF_Q4_K, (const uint8_t *)&b, SF_QKK, v);
-            } else {
-                sf_block_q6_K b;
-                sf_unpack_q6_K_x8((const sf_block_q6_K_x8 *)group + i, n % 8, &b);
-                sf_ref_dequantize_row(SF_Q6_K, (const uint8_t *)&b, SF_QKK, v);
-            }
-            tile[i].d[n] = ref_quant_block(v, SF_QKK, q);
-            for (int u = 0; u < SF_QKK; u++) tile[i].q[u / 4][n][u % 4] = (uint8_t)(q[u] + 128);
-        }
-    }
+    const size_t bytes = type == SF_Q4_K_X8 ? sizeof(sf_block_q4_K_x8) : sizeof(sf_block_q6_K_x8);
+    for (int n = 0; n < SF_WIDE_ROWS; n++)
+        for (int64_t i = 0; i < nb; i++)
+            sf_wide_row(type, w + (size_t)(n - n % 8) * wrb + (size_t)i * bytes, n % 8, ref_quant_block,
+                        &tile[i], n);
 }
 
 static void ref_wide_rows(const sf_wide_block *tile, int64_t nb, const uint8_t *xq, size_t xrb, const int32_t *xsum,

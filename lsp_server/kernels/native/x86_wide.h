@@ -6,7 +6,6 @@
 #ifndef SF_X86_WIDE_H
 #define SF_X86_WIDE_H
 
-#include "specfill_kernels.h"  /* the type ids */
 
 /* ---- tiles: 8 rows (one x8 group) of one super-block at a time ---- */
 
@@ -64,24 +63,9 @@ static inline void wide_put(struct wide_vals *w, int j, int h, __m512 f, __m512 
 
 static inline int fp16_finite(uint16_t h) { return (h & 0x7c00) != 0x7c00; }
 
-/* A group's super-block row by row as the reference makes it (the variant's quant_block
- * equals ref_quant_block bit for bit): for scales that are infinite or NaN */
+/* A group's super-block row by row as the reference makes it: for scales that are infinite or NaN */
 static void wide_group_slow(int type, const uint8_t *block, sf_wide_block *t, int base) {
-    for (int n = 0; n < 8; n++) {
-        float v[SF_QKK];
-        int8_t q[SF_QKK];
-        if (type == SF_Q4_K_X8) {
-            sf_block_q4_K b;
-            sf_unpack_q4_K_x8((const sf_block_q4_K_x8 *)block, n, &b);
-            sf_ref_dequantize_row(SF_Q4_K, (const uint8_t *)&b, SF_QKK, v);
-        } else {
-            sf_block_q6_K b;
-            sf_unpack_q6_K_x8((const sf_block_q6_K_x8 *)block, n, &b);
-            sf_ref_dequantize_row(SF_Q6_K, (const uint8_t *)&b, SF_QKK, v);
-        }
-        t->d[base + n] = quant_block(v, SF_QKK, q);
-        for (int u = 0; u < SF_QKK; u++) t->q[u / 4][base + n][u % 4] = (uint8_t)(q[u] + 128);
-    }
+    for (int n = 0; n < 8; n++) sf_wide_row(type, block, n, quant_block, t, base + n);
 }
 
 static void wide_q4_K_group(const sf_block_q4_K_x8 *g, sf_wide_block *t, int base) {
