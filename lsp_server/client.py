@@ -20,9 +20,19 @@ from typing import Any, Callable, Sequence
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcRequestCancelled
 from pygls.lsp.client import LanguageClient
+from pygls.protocol import JsonRPCResponseMessage, default_converter
 
 from lsp_server.completion.protocol import (CONFIG_SECTION, STATS_REQUEST, STREAM_NOTIFICATION,
                                             WARM_NOTIFICATION, as_plain)
+
+def _plain_results():
+    """pygls's converter, but the result of a request it has no type for (specfill/stats)
+    stays the JSON object it was: pygls makes namedtuples of it, which rename every key that
+    is not an identifier ("simple_body/line" came back as "_1")."""
+    converter = default_converter()
+    converter.register_structure_hook(JsonRPCResponseMessage, lambda obj, cls: cls(**obj))
+    return converter
+
 
 # What `complete` raises for a request the server cancelled; callers (the benchmarks) catch
 # it by this name without importing pygls.
@@ -96,7 +106,7 @@ class SpecfillClient:
         self.command = list(command)
         self.stderr_log = stderr_log
         self.on_message = on_message
-        self.lc = LanguageClient("specfill-scripted-client", "0.1")
+        self.lc = LanguageClient("specfill-scripted-client", "0.1", converter_factory=_plain_results)
         self.streams: dict[Any, list[StreamEvent]] = {}
         self.messages: list[Message] = []
         self.stderr_tail: deque[str] = deque(maxlen=200)

@@ -65,6 +65,7 @@ class BackendStatus:
     preempt_latencies_s: list[float] = field(default_factory=list)
     acceptance_memory: dict = field(default_factory=dict)  # engine/controller.py
     draft_pool: dict = field(default_factory=dict)  # earlier prompts and outputs it drafts from
+    round_costs: dict = field(default_factory=dict)  # engine/costs.py, as the live rounds set them
 
 
 class Backend(Protocol):

@@ -112,7 +112,8 @@ class LocalBackend:
             worker.ready.is_set(), worker.load_error, worker.threads_in_use,
             list(worker.abort_latencies_s), list(worker.preempt_latencies_s),
             engine.memory.snapshot() if engine is not None else {},
-            engine.history.snapshot() if engine is not None else {})
+            engine.history.snapshot() if engine is not None else {},
+            engine.costs.to_json() if engine is not None and engine.costs is not None else {})
 
     def stats(self) -> list[dict]:
         # The engine's own numbers (drafted, accepted, ...) are in the totals of specfill/stats.

@@ -158,6 +158,7 @@ COST_ROWS = 13
 
 
 def warm_up(engine: Any, prompt: list[int]) -> None:
+    from lsp_server.engine.controller import memory_key
     from lsp_server.engine.types import CompletionRequest, DraftPolicy
 
     policy = DraftPolicy(context="warm-up", max_new_tokens=8, mode="fixed", k_init=4)
@@ -165,8 +166,8 @@ def warm_up(engine: Any, prompt: list[int]) -> None:
         pass
     engine.clear_caches()
     with engine.memory.lock:
-        engine.memory.by_context.pop(policy.context, None)
-        engine.memory.lengths.pop(policy.context, None)
+        engine.memory.by_context.pop(memory_key(policy), None)
+        engine.memory.lengths.pop(memory_key(policy), None)
 
 
 def measure_costs(engine: Any, prompt: list[int]) -> Any:

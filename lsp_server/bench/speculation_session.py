@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         steps += replay
     machine = machine_info()
     raw = asyncio.run(drive(args, steps, out_dir))
-    summary = summarize(raw["rows"])
+    summary = summarize(raw["rows"], raw["server_stats"]["adaptive"].get("round_costs"))
     write_json(out_dir / "speculation.json", {"summary": summary, "machine": machine,
                                               "args": plain_args(args), **raw})
     text = report_text(summary, machine, len(spots))

@@ -94,14 +94,14 @@ class FreeRecord:
 
 @dataclass
 class AcceptanceMemory:
-    """Acceptance per syntax context, kept across requests (thread-safe: read by the server)."""
+    """Acceptance per syntax context and stop kind (memory_key), kept across requests (thread-safe: read by the server)."""
 
     by_context: dict[str, ContextMemory] = field(default_factory=dict)
     lengths: dict[str, deque] = field(default_factory=dict)  # generated tokens of recent requests
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_length(self, key: str, generated: int) -> None:
-        """One answer's length under `key` (length_key: its context and stop rule)."""
+        """One answer's length under `key` (memory_key: its context and stop rule)."""
         with self.lock:
             self.lengths.setdefault(key, deque(maxlen=LENGTHS_KEPT)).append(generated)
 
@@ -118,11 +118,11 @@ class AcceptanceMemory:
             rest = [n - generated for n in self.lengths.get(key, ()) if n > generated]
         return statistics.fmean(rest) if rest else None
 
-    def record(self, context: str, drafted: int, accepted: int, model: bool = True,
+    def record(self, key: str, drafted: int, accepted: int, model: bool = True,
                source: str = "") -> None:
         """One round's proposal (`model`: the draft model's, else the free `source`'s)."""
         with self.lock:
-            m = self.by_context.setdefault(context, ContextMemory())
+            m = self.by_context.setdefault(key, ContextMemory())
             m.rounds += 1
             m.drafted += drafted
             m.accepted += accepted
@@ -132,18 +132,18 @@ class AcceptanceMemory:
             elif source:
                 m.free.setdefault(source, FreeRecord()).add(drafted, accepted)
 
-    def free_prior(self, context: str, source: str, default: Odds = FREE_PRIOR_ODDS) -> Odds:
+    def free_prior(self, key: str, source: str, default: Odds = FREE_PRIOR_ODDS) -> Odds:
         """A free source's odds in this context, each once it has PRIOR_TOKENS judged
         positions, else `default`'s."""
         with self.lock:
-            m = self.by_context.get(context)
+            m = self.by_context.get(key)
             record = m.free.get(source) if m else None
             return default if record is None else record.measured(default, PRIOR_TOKENS)
 
     def suggested_k(self, policy: DraftPolicy, min_rounds: int = 8) -> int:
         """Start where this context's past rounds say the draft is usually right."""
         with self.lock:
-            m = self.by_context.get(policy.context)
+            m = self.by_context.get(memory_key(policy))
             if m is None or m.rounds < min_rounds:
                 return policy.k_init
             return clamp(round(m.mean_accepted) + 1, policy.k_min, policy.k_max)
@@ -163,9 +163,14 @@ class AcceptanceMemory:
             }
 
 
-def length_key(policy: DraftPolicy) -> str:
-    """What answer lengths are remembered under: the context and where the answer stops (a
-    mid-line cursor's line ends it; a line start's statement or block runs on)."""
+def memory_key(policy: DraftPolicy) -> str:
+    """What answer lengths and acceptance are remembered under: the context and where the
+    answer stops (a mid-line cursor's line ends it; a line start's statement or block runs
+    on). Acceptance too, because a line's first tokens are the hard ones: in three `bench
+    speculation` runs (AMD EPYC Zen 4, 2026-12-07) the draft model was right at 0.50-0.71 of
+    its tokens at mid-line spots and 0.80-0.81 at line starts (where it drafted enough to
+    tell), and keyed by the context alone the lines' record (6 of 11) priced the blocks'
+    rounds below paying: three simple_body blocks decoded without the model (1.06-1.61x)."""
     return f"{policy.context}/{policy.stop.kind}"
 
 
@@ -184,7 +189,8 @@ class Controller:
         self.plain = policy.mode == "off" or policy.k_max <= 0
         self.entropy_ema: float | None = None
         self.model_accepted = self.model_rejected = 0
-        prior = memory.snapshot().get(policy.context) if memory is not None else None
+        self.key = memory_key(policy)  # what this request's rounds are remembered under
+        prior = memory.snapshot().get(self.key) if memory is not None else None
         seen = prior["model_positions"] if prior else 0
         self.prior = prior["model_position_acceptance"] if seen >= PRIOR_TOKENS else PRIOR_ACCEPTANCE
         self.free_seen: dict[str, FreeRecord] = {}  # this request's, per free source
@@ -211,7 +217,7 @@ class Controller:
     def free_acceptance(self, source: str, default: Odds = FREE_PRIOR_ODDS) -> Odds:
         """This free source's odds in this request, pulled towards the context's record of
         it (or the free prior)."""
-        prior = self.memory.free_prior(self.policy.context, source, default) if self.memory else default
+        prior = self.memory.free_prior(self.key, source, default) if self.memory else default
         return self.free_seen.get(source, FreeRecord()).odds(prior, PRIOR_TOKENS)
 
     def next_k(self) -> int:
@@ -242,7 +248,7 @@ class Controller:
         elif drafted and source:
             self.free_seen.setdefault(source, FreeRecord()).add(drafted, accepted)
         if drafted and self.memory is not None:
-            self.memory.record(p.context, drafted, accepted, model, source)
+            self.memory.record(self.key, drafted, accepted, model, source)
         if drafted and model and p.mode == "adaptive":
             cut_short = p.draft_p_min > 0 and drafted < self.k
             if accepted == drafted:

@@ -55,6 +55,13 @@ class RowCosts:
     def round_s(self, k: int) -> float:
         return k * self.draft + self.target[k]
 
+    def to_json(self) -> dict:
+        """Milliseconds, for specfill/stats: what the engine prices its rounds at now."""
+        return {"target_feed_ms_by_rows": [round(t * 1e3, 2) for t in self.target],
+                "draft_step_ms": round(self.draft * 1e3, 2),
+                "draft_catch_up_ms_a_token": round(self.draft_prefill * 1e3, 3),
+                "prefill_ms_a_token": round(self.prefill * 1e3, 3)}
+
 
 def expected_tokens(k: int, acceptance: float) -> float:
     """Mean tokens a round of k drafted tokens yields: the accepted prefix plus one."""

@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from .cache import Aborted, KVSlot, LeanSlot, SlotPool, abort_scope, install_abort_hooks
-from .controller import AcceptanceMemory, Controller, length_key
+from .controller import AcceptanceMemory, Controller, memory_key
 from .costs import LiveCosts, RowCosts, catch_up_pays, draft_pays
 from .detokenize import StreamingText
 from .draft_head import DEFAULT_COMMON
@@ -207,7 +207,7 @@ class SpeculativeEngine:
         except Aborted:
             run.stats.stop_reason = "aborted"
         if run.stats.stop_reason != "aborted" and not request.background:
-            self.memory.record_length(length_key(request.policy), len(run.generated))
+            self.memory.record_length(memory_key(request.policy), len(run.generated))
         self._remember(run)
         yield self._finish(run)
         self._see(run)
@@ -383,7 +383,7 @@ class SpeculativeEngine:
                            source=price_key(draft.source, draft.match))
         if draft.tokens and log.isEnabledFor(logging.DEBUG):
             log.debug("%s round %d (%s): %s drafted %d (match %d), %d accepted",
-                      run.request.id, stats.rounds, length_key(run.request.policy), draft.source,
+                      run.request.id, stats.rounds, memory_key(run.request.policy), draft.source,
                       len(draft.tokens), draft.match, n)
         return draft.tokens[:n] + [nxt]
 
@@ -426,7 +426,7 @@ class SpeculativeEngine:
 
     def _likely_rest(self, run: _Run) -> float | None:
         """Tokens this answer likely still needs (AcceptanceMemory.remaining), None: no guess."""
-        return self.memory.remaining(length_key(run.request.policy), len(run.generated))
+        return self.memory.remaining(memory_key(run.request.policy), len(run.generated))
 
     def _catch_up_pays(self, run: _Run, model: ModelDrafter, controller: Controller) -> bool:
         """Whether the draft model, behind by the tokens free drafts and plain rounds settled
@@ -462,7 +462,7 @@ class SpeculativeEngine:
         if drafter is None or controller.costs is None:
             return True
         left = run.request.max_new_tokens - len(run.generated)
-        typical = self.memory.typical_length(length_key(run.request.policy))
+        typical = self.memory.typical_length(memory_key(run.request.policy))
         tokens = left if typical is None else max(1.0, min(left, typical - len(run.generated)))
         run.stats.draft_catch_up = drafter.missing(run.ids)
         return draft_pays(controller.costs, controller.acceptance, run.stats.draft_catch_up, tokens,

@@ -310,6 +310,8 @@ def stats(ls: SpecfillServer, params: Any) -> dict:
     out["engine"] = engine_state(ls, status)
     # the pool of earlier prompts and generations the engine drafts from: fixed memory
     out["draft_pool"] = status.draft_pool
+    # the round costs speculation is priced at: those timed at load, as live rounds moved them
+    out["round_costs"] = status.round_costs
     out["tables"] = ls.table_sizes()  # per-request bookkeeping: must stay bounded
     out["backends"] = ls.backend.stats() if ls.backend is not None else []
     # what the prefill rate sized the window before the cursor of a file opened now to

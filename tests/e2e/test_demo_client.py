@@ -38,6 +38,8 @@ async def test_client_streams_a_completion_and_reads_the_stats(tiny_pair_dirs):
         assert 0 < timings.first_text_s <= timings.final_s
         s = await client.stats()
         assert s["last"]["generated_tokens"] >= 1
+        # keys as the server wrote them (pygls's namedtuples renamed "context/stop" to "_0")
+        assert s["acceptance_memory"] and all("/" in key for key in s["acceptance_memory"])
         assert s["last"]["prefilled_tokens"] == s["last"]["prompt_tokens"]  # no warm: cold
         drafters = s["last"]["drafters"].values()
         assert sum(d["drafted"] for d in drafters) == s["last"]["drafted"]

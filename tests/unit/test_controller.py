@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from lsp_server.engine.controller import AcceptanceMemory, Controller
+from lsp_server.engine.controller import PRIOR_ACCEPTANCE, AcceptanceMemory, Controller, memory_key
 from lsp_server.engine.types import DraftPolicy, StopRule
 
 
@@ -67,7 +67,7 @@ def test_acceptance_memory_suggests_a_starting_k_after_enough_rounds() -> None:
     p = policy()
     assert memory.suggested_k(p) == 4
     for _ in range(8):
-        memory.record("test", drafted=6, accepted=5)
+        memory.record(memory_key(p), drafted=6, accepted=5)
     assert memory.suggested_k(p) == 6
 
 
@@ -211,8 +211,8 @@ def test_acceptance_counts_the_positions_the_verify_judged_not_the_tokens_after_
     assert c.acceptance == pytest.approx((1200 + PRIOR_TOKENS * 0.8) / (1200 + 200 + PRIOR_TOKENS))
     memory = AcceptanceMemory()
     for _ in range(PRIOR_TOKENS):
-        memory.record("test", drafted=4, accepted=1)
-    assert memory.snapshot()["test"]["acceptance_rate"] == 0.25  # the metered share stays as it was
+        memory.record(memory_key(policy()), drafted=4, accepted=1)
+    assert memory.snapshot()[memory_key(policy())]["acceptance_rate"] == 0.25  # the metered share stays as it was
     assert Controller(policy(), memory).prior == 0.5  # the next request starts from 1 right in 2 judged
 
 
@@ -226,7 +226,7 @@ def test_prompt_lookups_guesses_do_not_price_the_draft_models_rounds() -> None:
 
     # the model's 80 right of 80 judged, blended with the prior; lookup's misses left out
     assert c.acceptance == pytest.approx((80 + PRIOR_TOKENS * PRIOR_ACCEPTANCE) / (80 + PRIOR_TOKENS))
-    snapshot = memory.snapshot()["test"]
+    snapshot = memory.snapshot()[memory_key(policy())]
     assert (snapshot["drafted"], snapshot["accepted"]) == (200, 80)  # both metered
     assert snapshot["model_position_acceptance"] == 1.0 and snapshot["model_positions"] == 80
 
@@ -241,3 +241,23 @@ def test_a_warm_token_is_both_models_prefill_and_follows_the_live_prefills() -> 
     assert live.current.prefill == 0.006
     live.observe_prefill(320, 3.2)
     assert live.current.warm_token == pytest.approx(0.012)
+
+
+def test_a_lines_record_does_not_price_the_rounds_of_an_answer_that_runs_on() -> None:
+    # Mid-line answers (the line ends them) begin with the hard tokens; a line start's
+    # statement or block runs on where the draft is right more often: kept apart.
+    memory = AcceptanceMemory()
+    line, block = policy(stop=StopRule("line")), policy(stop=StopRule("block"))
+    for _ in range(8):
+        Controller(line, memory).observe(drafted=2, accepted=0, target_entropy=None)
+    assert Controller(line, memory).prior == 0.0
+    assert Controller(block, memory).prior == PRIOR_ACCEPTANCE
+    assert set(memory.snapshot()) == {memory_key(line)}
+
+
+def test_the_costs_rounds_are_priced_at_are_reported_in_milliseconds() -> None:
+    from lsp_server.engine.costs import RowCosts
+
+    shown = RowCosts(target=(0.03, 0.0312), draft=0.009, draft_prefill=0.0025, prefill=0.004).to_json()
+    assert shown == {"target_feed_ms_by_rows": [30.0, 31.2], "draft_step_ms": 9.0,
+                     "draft_catch_up_ms_a_token": 2.5, "prefill_ms_a_token": 4.0}

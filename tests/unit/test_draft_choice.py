@@ -80,7 +80,7 @@ def test_a_round_records_its_first_token_apart_from_the_run_after_it():
     c.observe(drafted=8, accepted=0, target_entropy=None, model=False, source="lookup_short")
     c.observe(drafted=8, accepted=8, target_entropy=None, model=False, source="lookup_short")
     c.observe(drafted=8, accepted=3, target_entropy=None, model=False, source="lookup_short")
-    record = c.memory.snapshot()["c"]["free_records"]["lookup_short"]
+    record = c.memory.snapshot()[c.key]["free_records"]["lookup_short"]
     assert record == {"first_hit": 2, "first_miss": 1, "later_hit": 9, "later_miss": 1}
 
 

@@ -209,12 +209,12 @@ def test_the_round_costs_follow_what_the_engines_own_rounds_take(target):
 def test_no_round_drafts_past_where_this_contexts_answers_end(target):
     """Recent answers under the request's context and stop rule took 4 tokens: a round
     drafts at most what the answer likely still needs, and the output is unchanged."""
-    from lsp_server.engine.controller import length_key
+    from lsp_server.engine.controller import memory_key
 
     engine = SpeculativeEngine(target, target, CharTokenizer(), stop_ids=[])
     asked = policy(8, n=12)
     for _ in range(3):
-        engine.memory.record_length(length_key(asked), 4)
+        engine.memory.record_length(memory_key(asked), 4)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     result = run(engine, prompt, asked)
     assert list(result.token_ids) == plain_greedy(target, prompt, 12)

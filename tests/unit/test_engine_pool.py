@@ -117,4 +117,4 @@ def test_with_costs_each_round_picks_a_source_and_stays_lossless(target):
         s = final.stats
         assert s.drafted == sum(d.drafted for d in s.drafters.values())
         assert set(s.drafters) <= {"draft", "lookup", "pool"}
-    assert "free_position_acceptance" in engine.memory.snapshot()["test"]
+    assert "free_position_acceptance" in engine.memory.snapshot()["test/none"]

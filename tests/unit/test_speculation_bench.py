@@ -56,3 +56,22 @@ def test_the_summary_splits_lines_from_blocks_and_counts_slower_and_differing_sp
     assert groups["blocks"]["drafted_accepted"] == {"pool": [4, 3]}
     text = report_text(summary, {"cpu": "test"}, 3)
     assert "| outputs identical | 3/4 |" in text
+
+
+def test_the_bound_is_what_perfect_drafts_would_give_at_the_servers_round_costs():
+    from lsp_server.bench.speculation_report import perfect_rounds_s, row_costs
+
+    shown = {"target_feed_ms_by_rows": [30.0, 33.0, 36.0, 40.0], "draft_step_ms": 10.0,
+             "draft_catch_up_ms_a_token": 3.0, "prefill_ms_a_token": 5.0}
+    costs = row_costs(shown)
+    # 8 tokens: free drafts in one verify of 8 rows (40 ms, and the timed slope of 10/3 ms a
+    # row past the 4 timed); the model's best is 2 rounds of k = 3 (3 steps + 4 rows, 70 ms)
+    assert abs(perfect_rounds_s(8, costs, free=True) - (0.04 + 4 * 0.01 / 3)) < 1e-9
+    assert abs(perfect_rounds_s(8, costs, free=False) - 0.14) < 1e-9
+    off = {"final_s": 0.34, "verify_s": 0.24, "rounds": 8, "generated_tokens": 9, "context": "c",
+           "completion": "x"}
+    on = {"final_s": 0.2, "generated_tokens": 9, "context": "c", "completion": "x"}
+    summary = summarize([{"group": "spot", "label": "a", "off": off, "adaptive": on}], shown)
+    lines = summary["groups"]["lines"]
+    assert abs(lines["bound_free_median"] - (0.1 + 0.24) / (0.1 + 0.04 + 4 * 0.01 / 3)) < 1e-9
+    assert "at best" in report_text(summary, {"cpu": "test"}, 1)
