@@ -67,8 +67,10 @@ class ModelDrafter:
     def propose(
         self, ids: Sequence[int], k: int, p_min: float, s: Sampling,
         gen: torch.Generator | None, should_abort: Callable[[], bool],
+        ends: Callable[[int], bool] | None = None,
     ) -> Draft:
-        """Up to k tokens; stops early after a token whose top-1 probability is below p_min."""
+        """Up to k tokens; stops early after a token whose top-1 probability is below p_min,
+        and after a token that `ends` the answer (it is told each token in turn)."""
         assert self.slot is not None
         if self.head is not None:  # the tokens accepted since the last proposal
             self.head.include(ids[self._seen:])
@@ -87,7 +89,7 @@ class ModelDrafter:
                 confidence = float(probs.max())
                 rows.append(probs)
             tokens.append(token)
-            if len(tokens) >= k or confidence < p_min:
+            if len(tokens) >= k or confidence < p_min or (ends is not None and ends(token)):
                 break
             if should_abort():
                 raise Aborted()

@@ -416,7 +416,7 @@ class SpeculativeEngine:
                 self.live.observe_catch_up(fed, time.perf_counter() - t)
         steps_t = time.perf_counter()
         draft = model.propose(
-            run.ids, k, policy.draft_p_min, run.sampling, run.gen, should_abort)
+            run.ids, k, policy.draft_p_min, run.sampling, run.gen, should_abort, self._answer_end(run))
         now = time.perf_counter()
         if self.live is not None:
             self.live.observe_draft(len(draft.tokens), now - steps_t)
@@ -475,6 +475,21 @@ class SpeculativeEngine:
         return [Offer(self._within_answer(run, draft), n)
                 for draft, n in ((lookup, match), (pooled, pool_match))
                 if not rewrites_suffix(draft.tokens, run.request.suffix_ids)]
+
+    def _answer_end(self, run: _Run) -> Callable[[int], bool]:
+        """Told a draft's tokens in turn, whether the answer would end with this one (an
+        end-of-text token, or the stop rule cutting the text): the draft model stops there,
+        as free drafts are cut (`_within_answer`). Why: a line's last round drafted on past
+        its newline, k draft steps and verify rows for tokens never shown."""
+        texts, rule, stops = self.token_texts(), run.request.policy.stop, self.stop_ids
+        text = [_shown(run)]
+
+        def ends(token: int) -> bool:
+            if token in stops:
+                return True
+            text[0] += texts.text(token) or ""
+            return stop_index(text[0], rule) is not None
+        return ends
 
     def _within_answer(self, run: _Run, draft: Draft) -> Draft:
         """The draft up to where the answer would end were it right: an end-of-text token,

@@ -292,3 +292,19 @@ def test_a_warm_draft_left_behind_by_the_pool_is_judged_on_what_it_lacks_since(t
     assert final.stats.draft_catch_up == 1 and final.stats.drafters["pool"].accepted >= 15
     assert final.stats.catch_ups_skipped > 0 and "draft" not in final.stats.drafters
     assert list(final.token_ids) == answer
+
+
+def test_the_draft_model_drafts_no_further_than_the_answer_would_end(target):
+    """A line's answer ends at its newline: the draft model (here the target itself, so every
+    token it drafts is right) stops drafting after the newline's token instead of drafting
+    k tokens the answer could never show."""
+    newline = CharTokenizer.alphabet.index("\n")
+    prompt = random.Random(2).choices(range(48), k=30)
+    greedy = plain_greedy(target, prompt, 24)
+    end = greedy.index(newline)  # the 7th token
+    assert end > 2
+    engine = SpeculativeEngine(target, target, CharTokenizer(), stop_ids=[])
+    final = run(engine, prompt, replace(policy(8, n=24), stop=StopRule("line")))
+    tokens = list(final.token_ids)  # to the newline, and a round's own target token after it
+    assert tokens == greedy[:len(tokens)] and end < len(tokens) <= end + 2
+    assert final.stats.drafted == final.stats.accepted <= end + 1  # none drafted past it
