@@ -145,11 +145,12 @@ def catch_up_pays(costs: RowCosts, acceptance: float, missing: int, rest: float 
     """Whether a draft model that lacks `missing` tokens settled since its last round (by
     free drafts, plain rounds) is worth bringing up to date mid-answer (draft_pays): over
     `rest`, the tokens the answer likely still needs; where that is unknown (None: it ran
-    longer than the context's recent answers), over the `rented` plain rounds decoded
-    without it so far, so it catches up once they have cost what it would have saved
-    (renting until the rent paid equals the price: at most twice the better choice).
-    A large catch-up always waits for one plain round: that costs less than the smallest
-    one priced, and a copy often ends the answer where it runs out.
+    longer than the context's recent answers), over the `rented` rounds that settled a
+    single token without it so far (plain rounds, free drafts wrong at their first token),
+    so it catches up once they have cost what it would have saved (renting until the rent
+    paid equals the price: at most twice the better choice). A large catch-up always waits
+    for one such round: that costs less than the smallest one priced, and a copy often ends
+    the answer where it runs out.
 
     Why (`bench speculation`, AMD EPYC Zen 4): an editing replay's answers ran on the pool's
     drafts and ended with a draft round that caught up 50-65 tokens (0.15-0.4 s) to propose
