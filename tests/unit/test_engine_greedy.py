@@ -308,3 +308,23 @@ def test_the_draft_model_drafts_no_further_than_the_answer_would_end(target):
     tokens = list(final.token_ids)  # to the newline, and a round's own target token after it
     assert tokens == greedy[:len(tokens)] and end < len(tokens) <= end + 2
     assert final.stats.drafted == final.stats.accepted <= end + 1  # none drafted past it
+
+
+def test_a_free_draft_wrong_at_its_first_token_is_rent_the_draft_model_catches_up_for(target):
+    """The pool settles 14 tokens (the draft model, left behind by them, is not caught up
+    unpriced), then copies text that goes wrong at its first token round after round: each
+    such round settles one token, as a plain round does, so the model, priced again, catches
+    up and drafts instead of the pool going on being wrong."""
+    from lsp_server.engine.costs import RowCosts
+
+    prompt = random.Random(29).choices(range(48), k=30)
+    answer = plain_greedy(target, prompt, 30)
+    engine = SpeculativeEngine(target, tiny_model(seed=2), CharTokenizer(), stop_ids=[])
+    engine.history.see_prompt(prompt + answer[:14])
+    for j in range(15, 30):  # after each 8-token tail of the answer, a wrong next token
+        engine.history.see_prompt(answer[j - 8:j] + [(answer[j] + 1) % 48])
+    engine.costs = RowCosts(target=(1.0,) * 6, draft=0.01, draft_prefill=0.001)
+    final = run(engine, prompt, policy(4, mode="adaptive", lookup=True, n=30))
+    assert list(final.token_ids) == answer
+    assert final.stats.drafters["pool"].accepted >= 13 and final.stats.catch_ups_skipped > 0
+    assert final.stats.drafters["draft"].rounds > 0
