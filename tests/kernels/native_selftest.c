@@ -314,11 +314,12 @@ static void run_attention_one_at_a_time(void) {
  * for bit, 1-3 threads; M rows at once against one-row calls (the tile is the same whatever M). */
 static void run_wide(void) {
     const int types[] = {SF_Q4_K, SF_Q6_K};
-    const int64_t Ns[] = {32, 96}, Ks[] = {256, 768, 2816}, Ms[] = {1, 5, 6, 7, 13, 17};
+    /* every tail (1-5 rows) of the 6-row passes of AVX2 (avx2_wide.h) and AVX-512 (x86_wide.h) */
+    const int64_t Ns[] = {32, 96}, Ks[] = {256, 768, 2816}, Ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 17};
     for (int t = 0; t < 2; t++)
         for (int ni = 0; ni < 2; ni++)
             for (int ki = 0; ki < 3; ki++)
-                for (int mi = 0; mi < 6; mi++) {
+                for (int mi = 0; mi < 9; mi++) {
                     const int type = types[t];
                     const int64_t N = Ns[ni], K = Ks[ki], M = Ms[mi];
                     const size_t rb = sf_row_bytes(type, K);

@@ -16,6 +16,7 @@
 #define SF_X8K_RMAX 5
 #include "x86_body.h"
 #include "x86_peak.h"
+#include "avx2_wide.h"
 
 const struct sf_kernels sf_kernels_avx2 = SF_X86_KERNELS("avx2");
 

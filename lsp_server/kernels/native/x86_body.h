@@ -932,7 +932,8 @@ SF_ALWAYS_INLINE void dot_q6_K_rows(const sf_block_q6_K *row, const sf_act_k *co
 
 ROWS_BY_R(rows_q6_K, dot_q6_K_rows, sf_block_q6_K)
 
-/* avx512.c's x86_wide.h sets the wide products; AVX2 has none (sf_matmul keeps the x8 kernels) */
+/* the wide products: avx512.c's x86_wide.h and avx2.c's avx2_wide.h set them; without them
+ * sf_matmul keeps the x8 kernels */
 #ifndef SF_X86_WIDE_OPS
 #define SF_X86_WIDE_OPS .wide_tile = NULL, .wide_rows = NULL
 #endif
