@@ -55,7 +55,7 @@ def apply_threads(native_models: bool, wanted: int | None) -> int:
         # so the workers may wait through those gaps awake (dispatch.c, sf_set_spin_us).
         native.set_spin_us(NATIVE_SPIN_US)
         # prompts' products of many rows on the wide path; verifies stay on the exact one
-        native.set_wide_rows(lean_step.WIDE_ROWS)
+        native.set_wide_rows(lean_step.wide_rows(native.variant()))
         torch.set_num_threads(1)
         return native.threads()
     torch.set_num_threads(wanted or os.cpu_count() or 1)

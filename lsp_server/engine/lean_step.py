@@ -134,6 +134,19 @@ ROW_BY_ROW_MAX_ROWS = 16
 # numbers whatever the other rows, but not those of the repacked kernels, so verifies (at
 # most ROW_BY_ROW_MAX_ROWS rows, compared with single steps) must stay below it.
 WIDE_ROWS = 64
+# The AVX2 variant's wide path (int16 products: AVX2 has no u8 x s8 dot product into int32)
+# only draws level with its repacked kernels, whose 4-bit weights sum in int16, at ~192 rows:
+# `bench kernels`, all the matrices of both models, 2 threads, GMAC/s repacked / wide at 64
+# rows 126 / 80, 128 115 / 108, 192 127 / 126, 256 131 / 130, 512 123 / 128 (AMD EPYC Zen 4,
+# SPECFILL_KERNEL=avx2). Q6_K gains (~1.2x from ~96 rows), Q4_K not before ~256.
+WIDE_ROWS_AVX2 = 256
+
+
+def wide_rows(variant: str) -> int:
+    """The rows from which the products take the wide path on kernel variant `variant`."""
+    return WIDE_ROWS_AVX2 if variant == "avx2" else WIDE_ROWS
+
+
 # Prompts go through the native one-call layers in feeds of up to this many rows: a
 # 1,000-token prefill of the 1.5B target took 5.11 s here against 7.71 s in 16-row feeds
 # (`specfill bench prefill`, AMD EPYC Zen 4, 2 threads, 2026-12-07 14:41), 256-row feeds
@@ -142,7 +155,7 @@ WIDE_ROWS = 64
 # request still lands within a 32-row tile of a product (native.request_stop); the layer's
 # scratch is ~70 MB at 512 rows.
 NATIVE_MAX_ROWS = 512
-assert WIDE_ROWS > ROW_BY_ROW_MAX_ROWS
+assert min(WIDE_ROWS, WIDE_ROWS_AVX2) > ROW_BY_ROW_MAX_ROWS
 
 
 def one_call_rows(model: torch.nn.Module) -> int:

@@ -124,3 +124,12 @@ def test_the_lean_slot_is_only_taken_when_asked_for():
     model = tiny_model(7)
     assert type(make_slot(model, lean=True)) is LeanSlot
     assert type(make_slot(model, lean=False)) is KVSlot
+
+
+def test_the_wide_path_starts_later_on_avx2_and_above_every_verify():
+    from lsp_server.engine import lean_step
+
+    assert lean_step.wide_rows("avx2") == lean_step.WIDE_ROWS_AVX2
+    assert lean_step.wide_rows("avx512") == lean_step.wide_rows("neon") == lean_step.WIDE_ROWS
+    for variant in ("scalar", "avx2", "avx512", "neon"):
+        assert lean_step.wide_rows(variant) > lean_step.ROW_BY_ROW_MAX_ROWS
