@@ -202,7 +202,7 @@ SF_ALWAYS_INLINE void wide_rows_r(const sf_wide_block *t, int64_t nb, const uint
         for (int r = 0; r < R; r++) {
             const sf_act_k *x = (const sf_act_k *)(xq + (size_t)r * xrb) + i;
             for (int k = 0; k < SF_QKK; k += 16)
-                _mm256_store_si256((__m256i *)&xw[r][k], _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(x->qs + k))));
+                _mm256_store_si256((__m256i *)&xw[r][k], _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(x->qs + k))));
             off[r] = _mm256_set_epi32(0, -128 * xsum[r * nb + i], 0, -128 * xsum[r * nb + i], 0,
                                       -128 * xsum[r * nb + i], 0, -128 * xsum[r * nb + i]);
         }
