@@ -13,6 +13,15 @@
 #ifndef SF_AVX2_WIDE_H
 #define SF_AVX2_WIDE_H
 
+/* Weight vectors a pass (even: two fold into one ymm of 8 rows) and activation rows a pass:
+ * R * V int32 sums, V weights, the broadcast and a temporary in 16 registers. One thread,
+ * best of 3 x 25 calls interleaved, Q4_K 2048 x 1536, 512 rows, AMD EPYC Zen 4, GMAC/s:
+ * V = 2: R = 4 67.0, 5 69.1, 6 71.3 (7 spills); V = 4, R = 2: 64.6. */
+#define SF_WIDE_V 2
+#define SF_WIDE_R 6
+
+#include "x86_wide_shared.h"
+
 /* ---- tiles: 8 rows (one x8 group) of one super-block at a time ---- */
 
 /* vals[j][4n + b] = value 4j + b of row n of the group: the tile's own order, so quantizing
@@ -33,7 +42,7 @@ static inline __m128i chunk8(__m256i v, int p) {
 /* The 8 rows' amax and scales (all values finite): then every value quantized into tile
  * rows base..base+7 (+ 128), sf_act_scale's edge cases as the reference has them. */
 static void wide_quantize_group(const struct wide_vals *w, const __m256 vmax[4], sf_wide_block *t, int base) {
-    float amax[8], id[8], d[8];
+    float amax[8], id[8];
     int zero[8];
     for (int p = 0; p < 4; p++) {
         __m256 m = vmax[p];
@@ -44,12 +53,7 @@ static void wide_quantize_group(const struct wide_vals *w, const __m256 vmax[4],
         amax[2 * p] = lanes[0];
         amax[2 * p + 1] = lanes[4];
     }
-    for (int n = 0; n < 8; n++) {
-        int8_t none;
-        zero[n] = !sf_act_scale(amax[n], 0, 0, &none, &d[n], &id[n]);
-        if (zero[n]) id[n] = 0.0f;
-        t->d[base + n] = d[n];
-    }
+    wide_group_scales(amax, t, base, id, zero);
     __m256 idv[4];
     for (int p = 0; p < 4; p++) idv[p] = rows2(id + 2 * p);
     const __m256i flip = _mm256_set1_epi8((char)0x80), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -60,9 +64,7 @@ static void wide_quantize_group(const struct wide_vals *w, const __m256 vmax[4],
         const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
         _mm256_storeu_si256((__m256i *)&t->q[j][base][0], _mm256_xor_si256(_mm256_permutevar8x32_epi32(b, order), flip));
     }
-    for (int n = 0; n < 8; n++)  /* tiny rows: q = 0 */
-        if (zero[n])
-            for (int j = 0; j < SF_QKK / 4; j++) memset(t->q[j][base + n], 128, 4);
+    wide_zero_rows(t, base, zero);
 }
 
 /* 8 values (2 rows x 4) of the reference dequantizer's (s * q - m; Q6_K: s * q), kept with
@@ -73,29 +75,11 @@ static inline void wide_put(struct wide_vals *w, int j, int p, __m256 f, __m256 
     _mm256_store_ps(w->v[j] + 8 * p, f);
 }
 
-static inline int fp16_finite(uint16_t h) { return (h & 0x7c00) != 0x7c00; }
-
-/* A group's super-block row by row as the reference makes it: for scales that are infinite or NaN */
-static void wide_group_slow(int type, const uint8_t *block, sf_wide_block *t, int base) {
-    for (int n = 0; n < 8; n++) sf_wide_row(type, block, n, quant_block, t, base + n);
-}
-
 static void wide_q4_K_group(const sf_block_q4_K_x8 *g, sf_wide_block *t, int base) {
-    for (int n = 0; n < 8; n++)
-        if (!fp16_finite(g->d[n]) || !fp16_finite(g->dmin[n])) {
-            wide_group_slow(SF_Q4_K_X8, (const uint8_t *)g, t, base);
-            return;
-        }
     float ds[8][8], dm[8][8];  /* [sub-block][row] */
-    for (int n = 0; n < 8; n++) {
-        uint8_t s[12], sc[8], mn[8];
-        for (int w = 0; w < 3; w++) memcpy(s + 4 * w, &g->sc[w][n], 4);
-        sf_q4k_scales(s, sc, mn);
-        const float d = sf_fp16_to_fp32(g->d[n]), dmin = sf_fp16_to_fp32(g->dmin[n]);
-        for (int j = 0; j < 8; j++) {
-            ds[j][n] = d * (float)sc[j];
-            dm[j][n] = dmin * (float)mn[j];
-        }
+    if (!wide_q4_K_scales(g, ds, dm)) {
+        wide_group_slow(SF_Q4_K_X8, (const uint8_t *)g, t, base);
+        return;
     }
     __m256 dsv[8][4], dmv[8][4];  /* [sub-block][p]: lanes 0..3 row 2p, 4..7 row 2p + 1 */
     for (int j = 0; j < 8; j++)
@@ -123,32 +107,21 @@ static void wide_q4_K_group(const sf_block_q4_K_x8 *g, sf_wide_block *t, int bas
 }
 
 static void wide_q6_K_group(const sf_block_q6_K_x8 *g, sf_wide_block *t, int base) {
-    for (int n = 0; n < 8; n++)
-        if (!fp16_finite(g->d[n])) {
-            wide_group_slow(SF_Q6_K_X8, (const uint8_t *)g, t, base);
-            return;
-        }
     float ds[16][8];  /* [run of 16 values][row] */
-    for (int n = 0; n < 8; n++) {
-        const float d = sf_fp16_to_fp32(g->d[n]);
-        for (int r = 0; r < 16; r++) ds[r][n] = d * (float)g->scales[r][n];
+    if (!wide_q6_K_scales(g, ds)) {
+        wide_group_slow(SF_Q6_K_X8, (const uint8_t *)g, t, base);
+        return;
     }
     __m256 dsv[16][4];  /* [run][p] */
     for (int r = 0; r < 16; r++)
         for (int p = 0; p < 4; p++) dsv[r][p] = rows2(ds[r] + 2 * p);
     struct wide_vals w;
     __m256 vmax[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    const __m256i low = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
     for (int v = 0; v < 16; v++) {  /* quads v, v + 16, v + 32, v + 48 (sf_block_q6_K_x8) */
-        const __m256i p0 = _mm256_loadu_si256((const __m256i *)g->q[v][0]);
-        const __m256i p1 = _mm256_loadu_si256((const __m256i *)g->q[v][1]);
-        const __m256i p2 = _mm256_loadu_si256((const __m256i *)g->q[v][2]);
-        const __m256i lo[4] = {_mm256_and_si256(p0, low), _mm256_and_si256(p1, low),
-                               _mm256_and_si256(_mm256_srli_epi16(p0, 4), low),
-                               _mm256_and_si256(_mm256_srli_epi16(p1, 4), low)};
+        __m256i quads[4];
+        wide_q6_K_quads(g, v, quads);
         for (int s = 0; s < 4; s++) {  /* quad v + 16 s */
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(p2, 2 * s), two);
-            const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo[s], _mm256_slli_epi16(hi, 4)), off);
+            const __m256i q = quads[s];
             const int j = v + 16 * s;
             for (int p = 0; p < 4; p++) {
                 const __m256 f = _mm256_mul_ps(dsv[j / 4][p], _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(chunk8(q, p))));
@@ -159,16 +132,6 @@ static void wide_q6_K_group(const sf_block_q6_K_x8 *g, sf_wide_block *t, int bas
     wide_quantize_group(&w, vmax, t, base);
 }
 
-static void wide_tile(int type, const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block *tile) {
-    for (int gi = 0; gi < SF_WIDE_ROWS / 8; gi++) {
-        const uint8_t *group = w + (size_t)(8 * gi) * wrb;
-        for (int64_t i = 0; i < nb; i++) {
-            if (type == SF_Q4_K_X8) wide_q4_K_group((const sf_block_q4_K_x8 *)group + i, &tile[i], 8 * gi);
-            else wide_q6_K_group((const sf_block_q6_K_x8 *)group + i, &tile[i], 8 * gi);
-        }
-    }
-}
-
 /* ---- products: R activation rows against the tile's 32 rows, 4 V weight rows a pass ----
  * On int16: the stored weight u = w + 128 zero-extended, the activation sign-extended, and
  * vpmaddwd adds two exact products into an int32; the + 128 comes off through the block's
@@ -176,12 +139,6 @@ static void wide_tile(int type, const uint8_t *w, size_t wrb, int64_t nb, sf_wid
  * 4 values of quad j of 4 weight rows, and an activation row meets it with its 4 values
  * broadcast: two int32 lanes a weight row, added at the end of the super-block. */
 
-/* Weight vectors a pass (even: two fold into one ymm of 8 rows) and activation rows a pass:
- * R * V int32 sums, V weights, the broadcast and a temporary in 16 registers. One thread,
- * best of 3 x 25 calls interleaved, Q4_K 2048 x 1536, 512 rows, AMD EPYC Zen 4, GMAC/s:
- * V = 2: R = 4 67.0, 5 69.1, 6 71.3 (7 spills); V = 4, R = 2: 64.6. */
-#define SF_WIDE_V 2
-#define SF_WIDE_R 6
 
 /* An empty asm on a value: GCC keeps the rows' steps in source order instead of loading
  * every row's broadcast first, which held R * V products at once and spilled the sums
@@ -238,26 +195,6 @@ SF_ALWAYS_INLINE void wide_rows_r(const sf_wide_block *t, int64_t nb, const uint
         }
     }
     for (int r = 0; r < R; r++) memcpy(y + r * ldy, acc[r], sizeof acc[r]);
-}
-
-static void wide_rows(const sf_wide_block *t, int64_t nb, const uint8_t *xq, size_t xrb, const int32_t *xsum,
-                      int64_t M, float *y, int64_t ldy) {
-    int64_t m = 0;
-    for (; m + SF_WIDE_R <= M; m += SF_WIDE_R)
-        wide_rows_r(t, nb, xq + (size_t)m * xrb, xrb, xsum + m * nb, y + m * ldy, ldy, SF_WIDE_R);
-    const uint8_t *x = xq + (size_t)m * xrb;
-    const int32_t *xs = xsum + m * nb;
-    /* the last M % R rows: a pass of their own count (each case below R compiles once) */
-#define SF_WIDE_REST(n)                                                                                 \
-    case n:                                                                                             \
-        if ((n) < SF_WIDE_R) wide_rows_r(t, nb, x, xrb, xs, y + m * ldy, ldy, (n) < SF_WIDE_R ? (n) : 1); \
-        break;
-    switch (M - m) {
-        SF_WIDE_REST(1) SF_WIDE_REST(2) SF_WIDE_REST(3) SF_WIDE_REST(4) SF_WIDE_REST(5) SF_WIDE_REST(6)
-        SF_WIDE_REST(7) SF_WIDE_REST(8) SF_WIDE_REST(9) SF_WIDE_REST(10) SF_WIDE_REST(11)
-    default: break;
-    }
-#undef SF_WIDE_REST
 }
 
 #undef SF_X86_WIDE_OPS

@@ -6,6 +6,10 @@
 #ifndef SF_X86_WIDE_H
 #define SF_X86_WIDE_H
 
+/* Rows per pass: 2R int32 and 2R float accumulators + 2 weight registers of 32 */
+#define SF_WIDE_R 6
+
+#include "x86_wide_shared.h"
 
 /* ---- tiles: 8 rows (one x8 group) of one super-block at a time ---- */
 
@@ -24,7 +28,7 @@ static inline __m512 rows4(const float x[4]) {
 /* The 8 rows' amax and scales (all values finite): then every value quantized into tile
  * rows base..base+7 (+ 128), sf_act_scale's edge cases as the reference has them. */
 static void wide_quantize_group(const struct wide_vals *w, const __m512 vmax[2], sf_wide_block *t, int base) {
-    float amax[8], id[8], d[8];
+    float amax[8], id[8];
     int zero[8];
     for (int h = 0; h < 2; h++) {
         __m512 m = vmax[h];
@@ -34,12 +38,7 @@ static void wide_quantize_group(const struct wide_vals *w, const __m512 vmax[2],
         _mm512_storeu_ps(lanes, m);
         for (int n = 0; n < 4; n++) amax[4 * h + n] = lanes[4 * n];
     }
-    for (int n = 0; n < 8; n++) {
-        int8_t none;
-        zero[n] = !sf_act_scale(amax[n], 0, 0, &none, &d[n], &id[n]);
-        if (zero[n]) id[n] = 0.0f;
-        t->d[base + n] = d[n];
-    }
+    wide_group_scales(amax, t, base, id, zero);
     const __m512 ida = rows4(id), idb = rows4(id + 4);
     const __m128i flip = _mm_set1_epi8((char)0x80);
     for (int j = 0; j < SF_QKK / 4; j++) {
@@ -48,9 +47,7 @@ static void wide_quantize_group(const struct wide_vals *w, const __m512 vmax[2],
         _mm_storeu_si128((__m128i *)&t->q[j][base][0], _mm_xor_si128(_mm512_cvtsepi32_epi8(qa), flip));
         _mm_storeu_si128((__m128i *)&t->q[j][base + 4][0], _mm_xor_si128(_mm512_cvtsepi32_epi8(qb), flip));
     }
-    for (int n = 0; n < 8; n++)  /* tiny rows: q = 0 */
-        if (zero[n])
-            for (int j = 0; j < SF_QKK / 4; j++) memset(t->q[j][base + n], 128, 4);
+    wide_zero_rows(t, base, zero);
 }
 
 /* 16 values (4 rows x 4) of the reference dequantizer's (s * q - m; Q6_K: s * q), kept with
@@ -61,29 +58,11 @@ static inline void wide_put(struct wide_vals *w, int j, int h, __m512 f, __m512 
     _mm512_store_ps(w->v[j] + 16 * h, f);
 }
 
-static inline int fp16_finite(uint16_t h) { return (h & 0x7c00) != 0x7c00; }
-
-/* A group's super-block row by row as the reference makes it: for scales that are infinite or NaN */
-static void wide_group_slow(int type, const uint8_t *block, sf_wide_block *t, int base) {
-    for (int n = 0; n < 8; n++) sf_wide_row(type, block, n, quant_block, t, base + n);
-}
-
 static void wide_q4_K_group(const sf_block_q4_K_x8 *g, sf_wide_block *t, int base) {
-    for (int n = 0; n < 8; n++)
-        if (!fp16_finite(g->d[n]) || !fp16_finite(g->dmin[n])) {
-            wide_group_slow(SF_Q4_K_X8, (const uint8_t *)g, t, base);
-            return;
-        }
     _Alignas(64) float ds[8][8], dm[8][8];  /* [sub-block][row] */
-    for (int n = 0; n < 8; n++) {
-        uint8_t s[12], sc[8], mn[8];
-        for (int w = 0; w < 3; w++) memcpy(s + 4 * w, &g->sc[w][n], 4);
-        sf_q4k_scales(s, sc, mn);
-        const float d = sf_fp16_to_fp32(g->d[n]), dmin = sf_fp16_to_fp32(g->dmin[n]);
-        for (int j = 0; j < 8; j++) {
-            ds[j][n] = d * (float)sc[j];
-            dm[j][n] = dmin * (float)mn[j];
-        }
+    if (!wide_q4_K_scales(g, ds, dm)) {
+        wide_group_slow(SF_Q4_K_X8, (const uint8_t *)g, t, base);
+        return;
     }
     __m512 dsv[8][2], dmv[8][2];  /* [sub-block][half]: lanes 4n..4n+3 = row 4 half + n */
     for (int j = 0; j < 8; j++)
@@ -112,32 +91,21 @@ static void wide_q4_K_group(const sf_block_q4_K_x8 *g, sf_wide_block *t, int bas
 }
 
 static void wide_q6_K_group(const sf_block_q6_K_x8 *g, sf_wide_block *t, int base) {
-    for (int n = 0; n < 8; n++)
-        if (!fp16_finite(g->d[n])) {
-            wide_group_slow(SF_Q6_K_X8, (const uint8_t *)g, t, base);
-            return;
-        }
     _Alignas(64) float ds[16][8];  /* [run of 16 values][row] */
-    for (int n = 0; n < 8; n++) {
-        const float d = sf_fp16_to_fp32(g->d[n]);
-        for (int r = 0; r < 16; r++) ds[r][n] = d * (float)g->scales[r][n];
+    if (!wide_q6_K_scales(g, ds)) {
+        wide_group_slow(SF_Q6_K_X8, (const uint8_t *)g, t, base);
+        return;
     }
     __m512 dsv[16][2];  /* [run][half] */
     for (int r = 0; r < 16; r++)
         for (int h = 0; h < 2; h++) dsv[r][h] = rows4(ds[r] + 4 * h);
     struct wide_vals w;
     __m512 vmax[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-    const __m256i low = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
     for (int v = 0; v < 16; v++) {  /* quads v, v + 16, v + 32, v + 48 (sf_block_q6_K_x8) */
-        const __m256i p0 = _mm256_loadu_si256((const __m256i *)g->q[v][0]);
-        const __m256i p1 = _mm256_loadu_si256((const __m256i *)g->q[v][1]);
-        const __m256i p2 = _mm256_loadu_si256((const __m256i *)g->q[v][2]);
-        const __m256i lo[4] = {_mm256_and_si256(p0, low), _mm256_and_si256(p1, low),
-                               _mm256_and_si256(_mm256_srli_epi16(p0, 4), low),
-                               _mm256_and_si256(_mm256_srli_epi16(p1, 4), low)};
+        __m256i quads[4];
+        wide_q6_K_quads(g, v, quads);
         for (int s = 0; s < 4; s++) {  /* quad v + 16 s */
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(p2, 2 * s), two);
-            const __m256i q = _mm256_sub_epi8(_mm256_or_si256(lo[s], _mm256_slli_epi16(hi, 4)), off);
+            const __m256i q = quads[s];
             const int j = v + 16 * s;
             for (int h = 0; h < 2; h++) {
                 const __m128i bytes = h ? _mm256_extracti128_si256(q, 1) : _mm256_castsi256_si128(q);
@@ -149,20 +117,8 @@ static void wide_q6_K_group(const sf_block_q6_K_x8 *g, sf_wide_block *t, int bas
     wide_quantize_group(&w, vmax, t, base);
 }
 
-static void wide_tile(int type, const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block *tile) {
-    for (int gi = 0; gi < SF_WIDE_ROWS / 8; gi++) {
-        const uint8_t *group = w + (size_t)(8 * gi) * wrb;
-        for (int64_t i = 0; i < nb; i++) {
-            if (type == SF_Q4_K_X8) wide_q4_K_group((const sf_block_q4_K_x8 *)group + i, &tile[i], 8 * gi);
-            else wide_q6_K_group((const sf_block_q6_K_x8 *)group + i, &tile[i], 8 * gi);
-        }
-    }
-}
-
 /* ---- products: R activation rows against the tile's 32 rows, two zmm of int32 a row ---- */
 
-/* Rows per pass: 2R int32 and 2R float accumulators + 2 weight registers of 32 */
-#define SF_WIDE_R 6
 
 SF_ALWAYS_INLINE void wide_rows_r(const sf_wide_block *t, int64_t nb, const uint8_t *xq, size_t xrb,
                                   const int32_t *xsum, float *y, int64_t ldy, const int R) {
@@ -196,22 +152,6 @@ SF_ALWAYS_INLINE void wide_rows_r(const sf_wide_block *t, int64_t nb, const uint
     for (int r = 0; r < R; r++) {
         _mm512_storeu_ps(y + r * ldy, ya[r]);
         _mm512_storeu_ps(y + r * ldy + 16, yb[r]);
-    }
-}
-
-static void wide_rows(const sf_wide_block *t, int64_t nb, const uint8_t *xq, size_t xrb, const int32_t *xsum,
-                      int64_t M, float *y, int64_t ldy) {
-    int64_t m = 0;
-    for (; m + SF_WIDE_R <= M; m += SF_WIDE_R)
-        wide_rows_r(t, nb, xq + (size_t)m * xrb, xrb, xsum + m * nb, y + m * ldy, ldy, SF_WIDE_R);
-    const uint8_t *x = xq + (size_t)m * xrb;
-    switch (M - m) {
-    case 1: wide_rows_r(t, nb, x, xrb, xsum + m * nb, y + m * ldy, ldy, 1); break;
-    case 2: wide_rows_r(t, nb, x, xrb, xsum + m * nb, y + m * ldy, ldy, 2); break;
-    case 3: wide_rows_r(t, nb, x, xrb, xsum + m * nb, y + m * ldy, ldy, 3); break;
-    case 4: wide_rows_r(t, nb, x, xrb, xsum + m * nb, y + m * ldy, ldy, 4); break;
-    case 5: wide_rows_r(t, nb, x, xrb, xsum + m * nb, y + m * ldy, ldy, 5); break;
-    default: break;
     }
 }
 

@@ -1,0 +1,117 @@
+/* What the two x86 wide paths share (x86_wide.h on AVX-512, avx2_wide.h on AVX2), included
+ * by each first: the slow path for groups whose scales are not finite, a group's scales as
+ * the reference's floats, the tile loop over the groups and the rows' passes. Each path
+ * then defines SF_WIDE_R (activation rows a pass), wide_q4_K_group, wide_q6_K_group (a
+ * group's values into the tile, on its registers) and wide_rows_r (R rows' products). */
+#ifndef SF_X86_WIDE_SHARED_H
+#define SF_X86_WIDE_SHARED_H
+
+static inline int fp16_finite(uint16_t h) { return (h & 0x7c00) != 0x7c00; }
+
+/* A group's super-block row by row as the reference makes it: for scales that are infinite or NaN */
+static void wide_group_slow(int type, const uint8_t *block, sf_wide_block *t, int base) {
+    for (int n = 0; n < 8; n++) sf_wide_row(type, block, n, quant_block, t, base + n);
+}
+
+/* ds[j][n] = d * sc[j], dm[j][n] = dmin * mn[j]: sub-block j of row n as the reference's
+ * dequantizer scales it; 0 (nothing written) where a row's d or dmin is not finite */
+static inline int wide_q4_K_scales(const sf_block_q4_K_x8 *g, float ds[8][8], float dm[8][8]) {
+    for (int n = 0; n < 8; n++)
+        if (!fp16_finite(g->d[n]) || !fp16_finite(g->dmin[n])) return 0;
+    for (int n = 0; n < 8; n++) {
+        uint8_t s[12], sc[8], mn[8];
+        for (int w = 0; w < 3; w++) memcpy(s + 4 * w, &g->sc[w][n], 4);
+        sf_q4k_scales(s, sc, mn);
+        const float d = sf_fp16_to_fp32(g->d[n]), dmin = sf_fp16_to_fp32(g->dmin[n]);
+        for (int j = 0; j < 8; j++) {
+            ds[j][n] = d * (float)sc[j];
+            dm[j][n] = dmin * (float)mn[j];
+        }
+    }
+    return 1;
+}
+
+/* ds[r][n] = d * scales[r]: run r of 16 values of row n; 0 where a row's d is not finite */
+static inline int wide_q6_K_scales(const sf_block_q6_K_x8 *g, float ds[16][8]) {
+    for (int n = 0; n < 8; n++)
+        if (!fp16_finite(g->d[n])) return 0;
+    for (int n = 0; n < 8; n++) {
+        const float d = sf_fp16_to_fp32(g->d[n]);
+        for (int r = 0; r < 16; r++) ds[r][n] = d * (float)g->scales[r][n];
+    }
+    return 1;
+}
+
+/* quads v, v + 16, v + 32, v + 48 of a Q6_K_X8 group (its line v), 8 rows x 4 values each,
+ * as int8 - 32 */
+static inline void wide_q6_K_quads(const sf_block_q6_K_x8 *g, int v, __m256i q[4]) {
+    const __m256i low = _mm256_set1_epi8(0x0f), two = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
+    const __m256i p0 = _mm256_loadu_si256((const __m256i *)g->q[v][0]);
+    const __m256i p1 = _mm256_loadu_si256((const __m256i *)g->q[v][1]);
+    const __m256i p2 = _mm256_loadu_si256((const __m256i *)g->q[v][2]);
+    const __m256i lo[4] = {_mm256_and_si256(p0, low), _mm256_and_si256(p1, low),
+                           _mm256_and_si256(_mm256_srli_epi16(p0, 4), low),
+                           _mm256_and_si256(_mm256_srli_epi16(p1, 4), low)};
+    for (int s = 0; s < 4; s++) {
+        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(p2, 2 * s), two);
+        q[s] = _mm256_sub_epi8(_mm256_or_si256(lo[s], _mm256_slli_epi16(hi, 4)), off);
+    }
+}
+
+/* Each of a group's 8 rows' quantizer scale from its amax (sf_act_scale, as the reference
+ * quantizes), into the tile at rows base..base+7; id[n] its inverse, 0 for a row that
+ * quantizes to zeros (zero[n]) */
+static inline void wide_group_scales(const float amax[8], sf_wide_block *t, int base, float id[8], int zero[8]) {
+    for (int n = 0; n < 8; n++) {
+        int8_t none;
+        float d;
+        zero[n] = !sf_act_scale(amax[n], 0, 0, &none, &d, &id[n]);
+        if (zero[n]) id[n] = 0.0f;
+        t->d[base + n] = d;
+    }
+}
+
+/* tiny rows: q = 0 (stored + 128) */
+static inline void wide_zero_rows(sf_wide_block *t, int base, const int zero[8]) {
+    for (int n = 0; n < 8; n++)
+        if (zero[n])
+            for (int j = 0; j < SF_QKK / 4; j++) memset(t->q[j][base + n], 128, 4);
+}
+
+static void wide_q4_K_group(const sf_block_q4_K_x8 *g, sf_wide_block *t, int base);
+static void wide_q6_K_group(const sf_block_q6_K_x8 *g, sf_wide_block *t, int base);
+
+static void wide_tile(int type, const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block *tile) {
+    for (int gi = 0; gi < SF_WIDE_ROWS / 8; gi++) {
+        const uint8_t *group = w + (size_t)(8 * gi) * wrb;
+        for (int64_t i = 0; i < nb; i++) {
+            if (type == SF_Q4_K_X8) wide_q4_K_group((const sf_block_q4_K_x8 *)group + i, &tile[i], 8 * gi);
+            else wide_q6_K_group((const sf_block_q6_K_x8 *)group + i, &tile[i], 8 * gi);
+        }
+    }
+}
+
+SF_ALWAYS_INLINE void wide_rows_r(const sf_wide_block *t, int64_t nb, const uint8_t *xq, size_t xrb,
+                                  const int32_t *xsum, float *y, int64_t ldy, const int R);
+
+static void wide_rows(const sf_wide_block *t, int64_t nb, const uint8_t *xq, size_t xrb, const int32_t *xsum,
+                      int64_t M, float *y, int64_t ldy) {
+    int64_t m = 0;
+    for (; m + SF_WIDE_R <= M; m += SF_WIDE_R)
+        wide_rows_r(t, nb, xq + (size_t)m * xrb, xrb, xsum + m * nb, y + m * ldy, ldy, SF_WIDE_R);
+    const uint8_t *x = xq + (size_t)m * xrb;
+    const int32_t *xs = xsum + m * nb;
+    /* the last M % R rows: a pass of their own count (each case below R compiles once) */
+#define SF_WIDE_REST(n)                                                                                 \
+    case n:                                                                                             \
+        if ((n) < SF_WIDE_R) wide_rows_r(t, nb, x, xrb, xs, y + m * ldy, ldy, (n) < SF_WIDE_R ? (n) : 1); \
+        break;
+    switch (M - m) {
+        SF_WIDE_REST(1) SF_WIDE_REST(2) SF_WIDE_REST(3) SF_WIDE_REST(4) SF_WIDE_REST(5) SF_WIDE_REST(6)
+        SF_WIDE_REST(7) SF_WIDE_REST(8) SF_WIDE_REST(9) SF_WIDE_REST(10) SF_WIDE_REST(11)
+    default: break;
+    }
+#undef SF_WIDE_REST
+}
+
+#endif /* SF_X86_WIDE_SHARED_H */
