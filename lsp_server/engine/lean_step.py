@@ -125,7 +125,8 @@ def _causal_mask(rows: int, past: int, device: torch.device) -> torch.Tensor | N
 ROWS_INDEPENDENT = "_specfill_rows_independent"
 # Verifies; longer feeds are prompts, which plain and speculative decoding read alike.
 ROW_BY_ROW_MAX_ROWS = 16
-# Products of this many rows and more take the kernels' wide path (native.set_wide_rows):
+# Products of this many rows and more take the kernels' wide path (native.set_wide_rows), on
+# AVX-512 (AVX2: WIDE_ROWS_AVX2 below):
 # 32 weight rows at a time quantized again to int8 and shared by every row, ~1.4x the
 # repacked kernels' rate on Q4_K and ~2x on Q6_K at 256-512 rows, slower below ~64 (the
 # tile costs about what 40 rows of products do). The target's prompt of 100 / 200 tokens

@@ -68,8 +68,9 @@ def _first_chunk(slot: KVSlot | None) -> int:
     2026-12-07): the request prefilled its whole 307-token prompt, the warm's first chunk
     lost. Not for a request's own prefill: growing from 64 rows made a 250-token prompt
     1.35 s against 1.04 s in one feed (1,000 tokens: 4.99 / 4.52 s; interleaved, one run).
-    The wide path's least rows, so that every chunk keeps it; 0 (fixed chunks) off the
-    native layers."""
+    The AVX-512 wide path's least rows, so that every chunk keeps it there (on AVX2, whose wide
+    path starts at 256 rows, the first chunks take the repacked kernels, as fast at those
+    rows); 0 (fixed chunks) off the native layers."""
     return WIDE_ROWS if isinstance(slot, LeanSlot) and one_call_rows(slot.model) else 0
 
 
