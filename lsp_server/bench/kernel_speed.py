@@ -16,11 +16,13 @@ lower and printed beside it). The one-row pass, which streams the weights, is se
 plain read of the same bytes (--passes of it, median). The scalar reference is ~40x slower
 than AVX2, so by default it runs M = 1 only (--scalar-rows). Where the variant has the wide
 path (native.set_wide_rows: a prefill's many rows on int8 tiles shared by every row), its
-rows (--wide-rows) follow, every product on it."""
+rows (--wide-rows) follow, every product on it. --compare-pages times the --rows products
+with the weights in 4 KB pages against huge pages (kernels/huge_pages.py) instead."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from lsp_server.kernels import cpu, native
+from lsp_server.kernels import cpu, huge_pages, native
 
 Q4_K, Q6_K = 12, 14
 LAYERS = 28
@@ -113,6 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "variant has it; empty: skip it")
     parser.add_argument("--variants", default="", help="comma-separated; default: all this CPU runs")
     parser.add_argument("--threads", type=int, default=0, help="0 = the CPUs of the affinity mask")
+    parser.add_argument("--compare-pages", action="store_true",
+                        help="time the --rows products with the weights in 4 KB pages and in huge pages "
+                             "(kernels/huge_pages.py), the two alternating, and nothing else")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -128,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
     native.set_threads(args.threads)
     variants = args.variants.split(",") if args.variants else native.variants_supported()[::-1]
     print(f"CPU: {cpu.describe()}\nthreads: {native.threads()}")
+    if args.compare_pages:
+        native.set_variant(variants[0])
+        compare_pages([int(r) for r in args.rows.split(",") if r], args.passes)
+        return 0
     start = time.perf_counter()
     mats = build_model()
     total = sum(m.kernel.weight.numel() for m in mats)
@@ -169,6 +178,42 @@ def time_variant(variant: str, mats: list[Matrix], args: argparse.Namespace, rea
         base = base or ms
         line("  wide", M, ms)
     print()
+
+
+PAGE_ROUNDS = 4
+
+
+def compare_pages(rows: list[int], passes: int) -> None:
+    """The products of every matrix from two copies of the same weights, one in 4 KB pages
+    (plain torch.empty) and one where huge_pages.py puts them, the two alternating by round
+    (this machine drifts: only an interleaved ratio means anything)."""
+    copies = {}
+    for label, setting in (("4 KB pages", "0"), ("huge pages", "1")):
+        before, saved = huge_pages.huge_bytes(), os.environ.get(huge_pages.ENV)
+        os.environ[huge_pages.ENV] = setting
+        try:
+            copies[label] = build_model()
+        finally:
+            if saved is None:
+                os.environ.pop(huge_pages.ENV)
+            else:
+                os.environ[huge_pages.ENV] = saved
+        after = huge_pages.huge_bytes()
+        held = "not reported here" if None in (before, after) else f"{(after - before) / 1e9:.2f} GB"
+        print(f"{label}: {len(copies[label])} matrices; in huge pages: {held}")
+    times: dict[tuple[str, int], list[float]] = {(label, M): [] for label in copies for M in rows}
+    for r in range(PAGE_ROUNDS):
+        for label in (list(copies) if r % 2 == 0 else list(copies)[::-1]):
+            for M in rows:
+                times[(label, M)].append(time_passes(copies[label], M, passes))
+    print(f"variant {native.variant()}, {PAGE_ROUNDS} rounds, medians of ms a pass")
+    print(f"{'M':>3} {'4 KB pages':>11} {'huge pages':>11} {'huge / 4 KB':>12} {'rounds':>13}")
+    for M in rows:
+        small, huge = times[("4 KB pages", M)], times[("huge pages", M)]
+        per_round = sorted(h / s for h, s in zip(huge, small))
+        print(f"{M:>3} {statistics.median(small):>11.1f} {statistics.median(huge):>11.1f} "
+              f"{statistics.median(huge) / statistics.median(small):>12.3f} "
+              f"{per_round[0]:>6.3f}-{per_round[-1]:.3f}", flush=True)
 
 
 if __name__ == "__main__":

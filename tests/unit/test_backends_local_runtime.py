@@ -49,3 +49,17 @@ def test_round_costs_from_a_busy_moment_are_not_used() -> None:
     assert plausible(RowCosts(target=(0.030, 0.031, 0.032), draft=0.012))
     # Another process had the cores: the 0.5B draft "cost" more than the 1.5B target.
     assert not plausible(RowCosts(target=(0.35, 0.32, 0.33), draft=1.43))
+
+
+def test_the_load_says_where_the_weight_copies_live(monkeypatch) -> None:
+    from lsp_server.kernels import huge_pages
+
+    monkeypatch.setattr(huge_pages, "enabled", lambda: False)
+    assert "4 KB pages" in local_runtime.huge_pages_line()
+    monkeypatch.setattr(huge_pages, "enabled", lambda: True)
+    monkeypatch.setattr(huge_pages, "huge_bytes", lambda: 0)
+    assert "transparent huge pages are off" in local_runtime.huge_pages_line()
+    monkeypatch.setattr(huge_pages, "huge_bytes", lambda: 1_240_000_000)
+    assert local_runtime.huge_pages_line() == "weight copies in huge pages: 1.24 GB of the process's memory"
+    monkeypatch.setattr(huge_pages, "huge_bytes", lambda: None)
+    assert "does not report" in local_runtime.huge_pages_line()

@@ -299,12 +299,12 @@ class Weight:
     itself is used and kept alive."""
 
     def __init__(self, type_id: int, weight: "torch.Tensor", K: int, repack: bool = True):
-        import torch
-
         self.N = _check_weight(type_id, weight, K)
         lib = _need_lib()
         if repack and type_id in REPACKED and self.N % 8 == 0:
-            packed = torch.empty_like(weight)
+            from lsp_server.kernels import huge_pages  # the copy every step streams: huge pages
+
+            packed = huge_pages.empty(weight.shape, weight.dtype)
             rc = lib.sf_repack(type_id, weight.data_ptr(), self.N, K, packed.data_ptr())
             if rc < 0:
                 _raise_on(rc, "repack")
