@@ -29,6 +29,9 @@ import torch
 HUGE_BYTES = 2 << 20  # x86-64's and arm64's (4 KB granule) transparent huge page
 CHUNK_BYTES = 64 << 20  # a map shared by smaller copies (most layers' matrices are 1-16 MB)
 ALIGN = 4096  # each copy starts on a page: the kernels' loads want 64 bytes at least
+# Smaller copies stay in plain memory: not weight matrices worth a page walk (the smallest
+# matrices, the draft's q/k/v and o at ~0.5 MB, share the arena's pages with the others)
+MIN_BYTES = 64 << 10
 ENV = "SPECFILL_HUGE_PAGES"
 
 
@@ -65,11 +68,11 @@ class Arena:
         self._lock = threading.Lock()
 
     def empty(self, shape: tuple[int, ...] | torch.Size, dtype: torch.dtype = torch.uint8) -> torch.Tensor:
-        """An uninitialised tensor; in huge-page memory when enabled() and it spans at least
-        one huge page (a smaller one could not fill a page of its own)."""
+        """An uninitialised tensor; in huge-page memory when enabled() and it is a weight
+        matrix's size (MIN_BYTES)."""
         shape = tuple(shape)
         nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-        if not enabled() or nbytes < HUGE_BYTES:
+        if not enabled() or nbytes < MIN_BYTES:
             return torch.empty(shape, dtype=dtype)
         with self._lock:
             if nbytes > self.chunk_bytes // 2:  # its own map: a shared chunk would waste more

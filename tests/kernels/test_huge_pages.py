@@ -62,8 +62,8 @@ def test_a_copy_keeps_its_map_alive(pages_on):
 def test_small_copies_and_switched_off_are_plain_memory(monkeypatch):
     monkeypatch.setenv(huge_pages.ENV, "1")
     arena = huge_pages.Arena(chunk_bytes=8 * MB)
-    small = arena.empty((MB,))  # less than a huge page: nothing to gain
-    assert small.shape == (MB,) and arena._open is None
+    small = arena.empty((16 << 10,))  # not a weight matrix's size
+    assert small.shape == (16 << 10,) and arena._open is None
     monkeypatch.setenv(huge_pages.ENV, "0")
     off = arena.empty((4 * MB,))
     assert off.shape == (4 * MB,) and arena._open is None and not huge_pages.enabled()
