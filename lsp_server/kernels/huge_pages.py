@@ -3,9 +3,9 @@
 A decode step streams ~1 GB of repacked weights (`native.Weight`), and `torch.empty` puts
 them in 4 KB pages: ~250,000 of them a step, each a TLB miss and a page walk, and the
 hardware prefetchers stop at every 4 KB boundary. In 2 MB pages the same bytes are 500
-pages. The products over all of the target's matrices (random blocks, 2 threads, the two
-placements alternating in one process, AMD EPYC Zen 4) took 0.92x the time at one row and
-0.95x at 2, 4 and 8 rows.
+pages. The products over all of the target's matrices took 0.94 / 0.92 / 0.96 / 0.96 of
+the time at 1 / 2 / 4 / 8 rows, every round faster (`specfill bench kernels --compare-pages`:
+the two placements alternating in one process; AMD EPYC Zen 4, 2 threads, avx512).
 
 Linux gives huge pages to anonymous memory in `madvise` mode only where asked
 (MADV_HUGEPAGE, before the pages are first touched), and never in `never` mode: then this
