@@ -354,6 +354,59 @@ static void run_wide(void) {
                 }
 }
 
+/* The Q4_0 wide path (blocks.h sf_wide_block_32): every variant that has it, and the
+ * reference's own, against the repacked kernels (the wide path off), bit for bit, 1-3
+ * threads: K = 896 and 4864 (the draft's), one block (seven empty float lanes) and 11 (a
+ * tail of 3 after a round of 8), every tail (1-5 rows) of the 6-row passes; with `specials`,
+ * +inf, NaN and -inf weight scales and a NaN and an infinity in two activation rows. */
+static void run_wide_q4_0(void) {
+    const int64_t Ns[] = {32, 96}, Ks[] = {32, 352, 896, 4864}, Ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 17};
+    for (int specials = 0; specials < 2; specials++)
+        for (int ni = 0; ni < 2; ni++)
+            for (int ki = 0; ki < 4; ki++)
+                for (int mi = 0; mi < 9; mi++) {
+                    const int64_t N = Ns[ni], K = Ks[ki], M = Ms[mi];
+                    if (specials && (ni == 1 || mi < 6)) continue;
+                    const size_t rb = sf_row_bytes(SF_Q4_0, K);
+                    uint8_t *w = malloc(N * rb), *w8 = malloc(N * rb);
+                    float *x = malloc(M * K * sizeof(float)), *ref = malloc(M * N * sizeof(float));
+                    float *y = malloc(M * N * sizeof(float)), *one = malloc(N * sizeof(float));
+                    fill_weights(SF_Q4_0, w, N * rb);
+                    fill_x(x, M, K);
+                    if (specials) {
+                        const uint16_t bad[3] = {0x7c00, 0x7e00, 0xfc00};
+                        for (int b = 0; b < 3; b++) put16(w + (size_t)(5 + 11 * b) % N * rb + (size_t)(b % (K / 32)) * 18, bad[b]);
+                        x[4 * K + K / 2] = NAN;
+                        x[5 * K + 3] = INFINITY;
+                    }
+                    const int x8 = sf_repack(SF_Q4_0, w, N, K, w8);
+                    sf_set_wide_rows(0);
+                    sf_set_variant(SF_SCALAR);
+                    sf_set_threads(1);
+                    sf_matmul(x8, w8, N, K, x, M, ref);
+                    sf_set_wide_rows(1);
+                    for (int v = 0; v < SF_NVARIANTS; v++) {
+                        if (!sf_variant_wide(v)) continue;
+                        sf_set_variant(v);
+                        for (int threads = 1; threads <= 3; threads++) {
+                            sf_set_threads(threads);
+                            memset(y, 0xff, M * N * sizeof(float));
+                            check(sf_matmul(x8, w8, N, K, x, M, y) == 0 && same_bits(ref, y, M * N),
+                                  specials ? "Q4_0 wide == repacked, inf/NaN" : "Q4_0 wide == repacked", SF_Q4_0,
+                                  sf_variant_name(v), M, N, K);
+                        }
+                        int rows_ok = 1;
+                        for (int64_t m = 0; m < M; m++) {
+                            sf_matmul(x8, w8, N, K, x + m * K, 1, one);
+                            rows_ok &= same_bits(ref + m * N, one, N);
+                        }
+                        check(rows_ok, "Q4_0 wide M-row call == M one-row calls", SF_Q4_0, sf_variant_name(v), M, N, K);
+                    }
+                    sf_set_wide_rows(0);
+                    free(w); free(w8); free(x); free(ref); free(y); free(one);
+                }
+}
+
 int main(void) {
     const int types[] = {SF_Q8_0, SF_Q5_0, SF_Q4_0, SF_Q4_K, SF_Q6_K};
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
@@ -371,6 +424,7 @@ int main(void) {
     run_attention_split();
     run_attention_one_at_a_time();
     run_wide();
+    run_wide_q4_0();
     sf_set_threads(0);
     printf("variants run:");
     for (int v = 0; v < SF_NVARIANTS; v++)

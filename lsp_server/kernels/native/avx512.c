@@ -18,6 +18,7 @@
 #include "x86_body.h"
 #include "x86_peak.h"
 #include "x86_wide.h"
+#include "x86_wide_q4_0.h"
 
 const struct sf_kernels sf_kernels_avx512 = SF_X86_KERNELS("avx512");
 

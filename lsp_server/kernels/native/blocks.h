@@ -258,6 +258,21 @@ typedef struct {
 
 _Static_assert(sizeof(sf_wide_block) == 128 + 8192, "a wide block is 32 scales and 32 x 256 bytes");
 
+/* The wide products of Q4_0_X8 matrices (the draft model's layers, requantized at load):
+ * Q4_0's nibbles are already small exact integers and its blocks are 32 values (K = 896
+ * is not a multiple of 256), so nothing is rounded again: a tile holds SF_WIDE_ROWS rows'
+ * unsigned nibbles (0..15) of one block as bytes, 16 rows to a zmm, each activation row
+ * meeting them with a 4-byte broadcast, and the -8 comes off through the activation block's
+ * sum. Each block's float step is the repacked kernels' own (sf_q32_term, lane i % 8), so
+ * the wide products equal sf_matmul's repacked ones bit for bit: no tolerance, and no
+ * constraint on which calls may take them. */
+typedef struct {
+    float d[SF_WIDE_ROWS];                    /* row n's fp16 d as a float (sf_fp16_to_fp32) */
+    uint8_t q[SF_QK32 / 4][SF_WIDE_ROWS][4];  /* [quad j][row n][b] = row n's nibble 4j + b */
+} sf_wide_block_32;
+
+_Static_assert(sizeof(sf_wide_block_32) == 128 + 1024, "a Q4_0 wide block is 32 scales and 32 x 32 bytes");
+
 /* ---- what one variant (one ISA file) provides; variants.c holds the table ----
  * quant_*: one fp32 row of K values -> K/256 sf_act_k (or K/32 sf_act_32) blocks.
  * rows: y[m * ldy + r] = dot(weight row r, activation row m) for r < nrows, m < M, with
@@ -296,6 +311,15 @@ struct sf_kernels {
     void (*wide_tile)(int type, const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block *tile);
     void (*wide_rows)(const sf_wide_block *tile, int64_t nb, const uint8_t *xq, size_t xrb, const int32_t *xsum,
                       int64_t M, float *y, int64_t ldy);
+    /* The same for Q4_0_X8 (sf_wide_block_32; NULL where the variant has none). wide32_tile:
+     * SF_WIDE_ROWS rows (x8 groups at w, w + 8 * wrb, ...) of nb blocks -> nb tile blocks.
+     * wide32_rows: y[m * ldy + n] for the tile's rows n and M activation rows of sf_act_32
+     * blocks, each as the repacked kernels give it: block b's term (d_n * x.d) * (float)isum,
+     * isum = <nibbles, x.qs> + xoff[m * nb + b] exactly (xoff = -8 * the block's sum of
+     * x.qs), added to lane b % 8 of 8 float lanes from +0.0 in b order, then sf_lanes8_sum. */
+    void (*wide32_tile)(const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block_32 *tile);
+    void (*wide32_rows)(const sf_wide_block_32 *tile, int64_t nb, const uint8_t *xq, size_t xrb, const int32_t *xoff,
+                        int64_t M, float *y, int64_t ldy);
 };
 
 extern const struct sf_kernels sf_kernels_scalar;   /* ref.c */
@@ -444,6 +468,17 @@ static inline void sf_wide_row(int type, const uint8_t *x8, int n, float (*quant
     t->d[row] = quant(v, SF_QKK, q);
     for (int u = 0; u < SF_QKK; u++) t->q[u / 4][row][u % 4] = (uint8_t)(q[u] + 128);
 }
+
+/* Row n (0..7) of a Q4_0_X8 block into row `row` of a Q4_0 wide tile block, as the
+ * reference defines it: value v < 16 is qs[v]'s low nibble, v >= 16 qs[v - 16]'s high one. */
+static inline void sf_wide32_row(const sf_block_q4_0_x8 *g, int n, sf_wide_block_32 *t, int row) {
+    sf_block_q4_0 b;
+    sf_unpack_q4_0_x8(g, n, &b);
+    t->d[row] = sf_fp16_to_fp32(sf_u16(&b.d));
+    for (int v = 0; v < SF_QK32; v++)
+        t->q[v / 4][row][v % 4] = (uint8_t)(v < 16 ? b.qs[v] & 0x0f : b.qs[v - 16] >> 4);
+}
+
 /* One fp32 row -> K / 32 Q4_0 blocks, ggml's reference rounding (ref.c; sf_requantize_rows). */
 void sf_ref_quantize_row_q4_0(const float *x, int64_t K, sf_block_q4_0 *out);
 

@@ -222,6 +222,12 @@ static void wide_share(const void *p, int s, int ns) {
         const int64_t t = next_unit(s, ns, &v);
         if (t < 0) return;
         const int64_t r = t * SF_WIDE_ROWS;
+        if (c->type == SF_Q4_0_X8) {
+            sf_wide_block_32 *t32 = wide_tiles[s].buf;
+            c->k->wide32_tile(c->w + (size_t)r * c->wrb, c->wrb, c->nb, t32);
+            c->k->wide32_rows(t32, c->nb, c->xq, c->xrb, c->xsum, c->M, c->y + r, c->ldy);
+            continue;
+        }
         c->k->wide_tile(c->type, c->w + (size_t)r * c->wrb, c->wrb, c->nb, tile);
         c->k->wide_rows(tile, c->nb, c->xq, c->xrb, c->xsum, c->M, c->y + r, c->ldy);
     }
@@ -229,27 +235,35 @@ static void wide_share(const void *p, int s, int ns) {
 
 static int wide_fits(const struct sf_kernels *k, int type, int64_t N, int64_t M) {
     const int64_t from = atomic_load_explicit(&wide_rows_from, memory_order_relaxed);
-    return from > 0 && M >= from && k->wide_tile != NULL && (type == SF_Q4_K_X8 || type == SF_Q6_K_X8) &&
-           N % SF_WIDE_ROWS == 0;
+    const int has = type == SF_Q4_0_X8 ? k->wide32_tile != NULL
+                  : (type == SF_Q4_K_X8 || type == SF_Q6_K_X8) && k->wide_tile != NULL;
+    return from > 0 && M >= from && has && N % SF_WIDE_ROWS == 0;
 }
 
 /* xq holds the rows' activation blocks already. */
 static int wide_matmul(const struct sf_kernels *k, int type, const void *w, int64_t N, int64_t K, const uint8_t *xq,
                        size_t xrb, int64_t M, float *y, int64_t ldy, int listen) {
-    const int64_t nb = K / SF_QKK, tiles = N / SF_WIDE_ROWS;
+    const int q4_0 = type == SF_Q4_0_X8;
+    const int64_t nb = K / (q4_0 ? SF_QK32 : SF_QKK), tiles = N / SF_WIDE_ROWS;
     int32_t *xsum = sf_scratch_grow(&xsums, &xsums_cap, (size_t)(M * nb) * sizeof(int32_t));
     if (xsum == NULL) return SF_ENOMEM;
     for (int64_t m = 0; m < M; m++)
         for (int64_t i = 0; i < nb; i++) {
-            const sf_act_k *x = (const sf_act_k *)(xq + (size_t)m * xrb) + i;
             int32_t t = 0;
-            for (int j = 0; j < 16; j++) t += x->bsums[j];
+            if (q4_0) {  /* the offset of the -8: -8 * the block's sum */
+                const sf_act_32 *x = (const sf_act_32 *)(xq + (size_t)m * xrb) + i;
+                for (int j = 0; j < SF_QK32; j++) t += x->qs[j];
+                t *= -8;
+            } else {
+                const sf_act_k *x = (const sf_act_k *)(xq + (size_t)m * xrb) + i;
+                for (int j = 0; j < 16; j++) t += x->bsums[j];
+            }
             xsum[m * nb + i] = t;
         }
     const int shares = sf_job_shares(N * K / SF_MIN_SHARE_VALUES, tiles);
+    const size_t tile_bytes = (size_t)nb * (q4_0 ? sizeof(sf_wide_block_32) : sizeof(sf_wide_block));
     for (int s = 0; s < shares; s++)
-        if (sf_scratch_grow(&wide_tiles[s].buf, &wide_tiles[s].cap, (size_t)nb * sizeof(sf_wide_block)) == NULL)
-            return SF_ENOMEM;
+        if (sf_scratch_grow(&wide_tiles[s].buf, &wide_tiles[s].cap, tile_bytes) == NULL) return SF_ENOMEM;
     start_spans(tiles, shares);
     const struct wide_ctx c = {k, type, w, sf_row_bytes(type, K), xrb, xq, xsum, N, M, nb, y, ldy, listen};
     const struct sf_job j = {wide_share, &c, shares};

@@ -193,6 +193,32 @@ static void ref_wide_rows(const sf_wide_block *tile, int64_t nb, const uint8_t *
     }
 }
 
+/* ---- the wide products of Q4_0_X8 matrices: tiles of 32 rows' nibbles (blocks.h) ---- */
+
+static void ref_wide32_tile(const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block_32 *tile) {
+    for (int n = 0; n < SF_WIDE_ROWS; n++)
+        for (int64_t i = 0; i < nb; i++)
+            sf_wide32_row((const sf_block_q4_0_x8 *)(w + (size_t)(n - n % 8) * wrb) + i, n % 8, &tile[i], n);
+}
+
+/* The repacked kernels' numbers (rows_q4_0_x8): the same exact integer per block (the -8
+ * taken through xoff), the same sf_q32_term, lanes and sf_lanes8_sum. */
+static void ref_wide32_rows(const sf_wide_block_32 *tile, int64_t nb, const uint8_t *xq, size_t xrb,
+                            const int32_t *xoff, int64_t M, float *y, int64_t ldy) {
+    for (int64_t m = 0; m < M; m++) {
+        const sf_act_32 *x = (const sf_act_32 *)(xq + (size_t)m * xrb);
+        for (int n = 0; n < SF_WIDE_ROWS; n++) {
+            float lanes[8] = {0};
+            for (int64_t i = 0; i < nb; i++) {
+                int32_t s = xoff[m * nb + i];
+                for (int v = 0; v < SF_QK32; v++) s += tile[i].q[v / 4][n][v % 4] * x[i].qs[v];
+                lanes[i % 8] += (tile[i].d[n] * x[i].d) * (float)s;
+            }
+            y[m * ldy + n] = sf_lanes8_sum(lanes);
+        }
+    }
+}
+
 const struct sf_kernels sf_kernels_scalar = {
     .name = "scalar",
     .quant_k = ref_quant_k,
@@ -210,6 +236,8 @@ const struct sf_kernels sf_kernels_scalar = {
     SF_LAYER_OPS,
     .wide_tile = ref_wide_tile,
     .wide_rows = ref_wide_rows,
+    .wide32_tile = ref_wide32_tile,
+    .wide32_rows = ref_wide32_rows,
 };
 
 /* ---- dequantization, in gguf.quants' order of float operations ---- */

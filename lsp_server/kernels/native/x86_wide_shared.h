@@ -91,6 +91,26 @@ static void wide_tile(int type, const uint8_t *w, size_t wrb, int64_t nb, sf_wid
     }
 }
 
+/* SF_WIDE_ROWS rows of a Q4_0_X8 matrix into nb tile blocks (sf_wide_block_32): each x8
+ * group's line q (bytes 4q..4q+3 of its 8 rows' qs) gives quad q (low nibbles) and quad
+ * q + 4 (high) of 8 tile rows as they stand, and F16C widens d exactly (a NaN quiet, as
+ * sf_fp16_to_fp32). Group by group, so that each streams its blocks in order. */
+static void wide32_tile(const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block_32 *tile) {
+    const __m256i low = _mm256_set1_epi8(0x0f);
+    for (int g = 0; g < SF_WIDE_ROWS / 8; g++) {
+        const sf_block_q4_0_x8 *group = (const sf_block_q4_0_x8 *)(w + (size_t)(8 * g) * wrb);
+        for (int64_t i = 0; i < nb; i++) {
+            const sf_block_q4_0_x8 *b = &group[i];
+            _mm256_storeu_ps(tile[i].d + 8 * g, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d)));
+            for (int q = 0; q < 4; q++) {
+                const __m256i line = _mm256_loadu_si256((const __m256i *)b->qs[q]);
+                _mm256_storeu_si256((__m256i *)tile[i].q[q][8 * g], _mm256_and_si256(line, low));
+                _mm256_storeu_si256((__m256i *)tile[i].q[q + 4][8 * g], _mm256_and_si256(_mm256_srli_epi16(line, 4), low));
+            }
+        }
+    }
+}
+
 SF_ALWAYS_INLINE void wide_rows_r(const sf_wide_block *t, int64_t nb, const uint8_t *xq, size_t xrb,
                                   const int32_t *xsum, float *y, int64_t ldy, const int R);
 
