@@ -17,6 +17,7 @@
 #include "x86_body.h"
 #include "x86_peak.h"
 #include "avx2_wide.h"
+#include "avx2_wide_q4_0.h"
 
 const struct sf_kernels sf_kernels_avx2 = SF_X86_KERNELS("avx2");
 
