@@ -56,6 +56,7 @@ def apply_threads(native_models: bool, wanted: int | None) -> int:
         native.set_spin_us(NATIVE_SPIN_US)
         # prompts' products of many rows on the wide path; verifies stay on the exact one
         native.set_wide_rows(lean_step.wide_rows(native.variant()))
+        native.set_wide_rows_q4_0(lean_step.WIDE_ROWS_Q4_0)  # the draft's: exact, so verifies may take it
         torch.set_num_threads(1)
         return native.threads()
     torch.set_num_threads(wanted or os.cpu_count() or 1)

@@ -148,6 +148,16 @@ def wide_rows(variant: str) -> int:
     return WIDE_ROWS_AVX2 if variant == "avx2" else WIDE_ROWS
 
 
+# Q4_0 products (the draft's layers, requantized at load) take their own wide path from this
+# many rows (native.set_wide_rows_q4_0), on AVX-512 and AVX2 alike: its tiles keep Q4_0's
+# nibbles and scales as they are, so it gives the repacked kernels' bits and its threshold is
+# speed alone (verifies may take it). The draft's matrices, 2 threads, GMAC/s repacked / wide
+# (AMD EPYC Zen 4, interleaved, median of 5): AVX-512 at 16 rows 143 / 160 (but K = 4864,
+# `down`: 118 / 99), 32 155 / 223 (down 144 / 145), 64 160 / 259, 512 158 / 270; AVX2 at 16
+# 73 / 82, 32 76 / 99, 64 76 / 108, 512 79 / 114. From 32 rows no matrix is slower.
+WIDE_ROWS_Q4_0 = 32
+
+
 # Prompts go through the native one-call layers in feeds of up to this many rows: a
 # 1,000-token prefill of the 1.5B target took 5.11 s here against 7.71 s in 16-row feeds
 # (`specfill bench prefill`, AMD EPYC Zen 4, 2 threads, 2026-12-07 14:41), 256-row feeds

@@ -380,11 +380,11 @@ static void run_wide_q4_0(void) {
                         x[5 * K + 3] = INFINITY;
                     }
                     const int x8 = sf_repack(SF_Q4_0, w, N, K, w8);
-                    sf_set_wide_rows(0);
+                    sf_set_wide_rows_q4_0(0);
                     sf_set_variant(SF_SCALAR);
                     sf_set_threads(1);
                     sf_matmul(x8, w8, N, K, x, M, ref);
-                    sf_set_wide_rows(1);
+                    sf_set_wide_rows_q4_0(1);
                     for (int v = 0; v < SF_NVARIANTS; v++) {
                         if (!sf_variant_wide(v)) continue;
                         sf_set_variant(v);
@@ -402,7 +402,7 @@ static void run_wide_q4_0(void) {
                         }
                         check(rows_ok, "Q4_0 wide M-row call == M one-row calls", SF_Q4_0, sf_variant_name(v), M, N, K);
                     }
-                    sf_set_wide_rows(0);
+                    sf_set_wide_rows_q4_0(0);
                     free(w); free(w8); free(x); free(ref); free(y); free(one);
                 }
 }

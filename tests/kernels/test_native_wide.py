@@ -1,7 +1,8 @@
 """The kernels' wide path (native.set_wide_rows): products of many rows, as a prefill has, on
 tiles of 32 weight rows quantized again to int8. Bit for bit the reference's on every variant
 that has it; close to the float product; never taken below the threshold, for a type it
-lacks or for N not a multiple of 32, so verifies keep the repacked kernels' bits."""
+lacks or for N not a multiple of 32, so verifies keep the repacked kernels' bits. Q4_0's own
+wide path (native.set_wide_rows_q4_0) keeps the weights' nibbles: the repacked kernels' bits."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from lsp_server.kernels import native
 from tests.kernels.test_native_kernels import (REL_ERROR_BOUND, needs_lib, random_weights, random_x, same_bits,
                                                supported_variants)
 
-Q4_K, Q6_K = 12, 14
+Q4_0, Q4_K, Q6_K = 2, 12, 14
 
 
 @pytest.fixture(autouse=True)
@@ -20,11 +21,12 @@ def restore_wide():
     if not native.available():
         yield
         return
-    before = native.variant(), native.threads(), native.wide_rows()
+    before = native.variant(), native.threads(), native.wide_rows(), native.wide_rows_q4_0()
     yield
     native.set_variant(before[0])
     native.set_threads(before[1])
     native.set_wide_rows(before[2])
+    native.set_wide_rows_q4_0(before[3])
 
 
 def wide_variants() -> list[str]:
@@ -35,6 +37,7 @@ def product(weight: native.Weight, x: torch.Tensor, variant: str, wide_from: int
     native.set_variant(variant)
     native.set_threads(threads)
     native.set_wide_rows(wide_from)
+    native.set_wide_rows_q4_0(wide_from)
     return weight.matmul(x, torch.empty(x.shape[0], weight.N))
 
 
@@ -114,6 +117,8 @@ def test_a_nan_in_an_activation_row_reaches_only_that_rows_outputs(variant):
 def test_a_bad_threshold_is_refused():
     with pytest.raises(ValueError, match="wide rows"):
         native.set_wide_rows(-1)
+    with pytest.raises(ValueError, match="wide rows"):
+        native.set_wide_rows_q4_0(-1)
 
 
 @needs_lib
@@ -131,3 +136,41 @@ def test_infinite_and_nan_weight_scales_give_the_references_bits(type_id, varian
     ref = product(w, x, "scalar", 1)
     assert not torch.isfinite(ref[:, 3]).any() and torch.isfinite(ref[:, 0]).all()
     assert same_bits(product(w, x, variant, 1), ref)
+
+
+@needs_lib
+@pytest.mark.parametrize("variant", ["scalar"] + wide_variants())
+def test_q4_0_wide_products_are_the_repacked_kernels_bits(variant):
+    """The draft's shapes (K = 896 and 4864: not multiples of 256), one block, and every tail
+    of the 5-row (AVX2) and 6-row (AVX-512) passes."""
+    for N, K in ((32, 32), (64, 896), (32, 4864)):
+        w = native.Weight(Q4_0, random_weights(Q4_0, N, K, seed=N + K), K)
+        for M in (1, 4, 5, 6, 7, 11, 13, 40):
+            x = random_x(M, K, seed=M)
+            repacked = product(w, x, "scalar", 0)
+            for threads in (1, 2, 3):
+                assert same_bits(product(w, x, variant, 1, threads), repacked), (N, K, M, threads)
+
+
+@needs_lib
+def test_the_q4_0_threshold_is_its_own():
+    native.set_wide_rows(0)
+    native.set_wide_rows_q4_0(32)
+    assert (native.wide_rows(), native.wide_rows_q4_0()) == (0, 32)
+    native.set_wide_rows(64)
+    assert (native.wide_rows(), native.wide_rows_q4_0()) == (64, 32)
+
+
+@needs_lib
+@pytest.mark.parametrize("variant", wide_variants())
+def test_q4_0_wide_infinite_and_nan_scales_and_activations_give_the_repacked_bits(variant):
+    K, N = 896, 32
+    raw = random_weights(Q4_0, N, K, seed=7, realistic=True)
+    for row, block, half in ((3, 0, 0x7C00), (17, 5, 0x7E00), (30, 27, 0xFC00)):  # +inf, NaN, -inf d
+        raw[row, 18 * block:18 * block + 2] = torch.tensor([half & 0xFF, half >> 8], dtype=torch.uint8)
+    w = native.Weight(Q4_0, raw, K)
+    x = random_x(9, K, seed=2)
+    x[4, 100], x[6, 800] = float("nan"), float("inf")
+    repacked = product(w, x, "scalar", 0)
+    assert not torch.isfinite(repacked[:, 3]).any() and torch.isnan(repacked[4]).all()
+    assert same_bits(product(w, x, variant, 1), repacked)

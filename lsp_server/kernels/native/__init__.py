@@ -71,6 +71,7 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         "sf_request_stop": (None, []), "sf_clear_stop": (None, []), "sf_listen_for_stop": (None, [c_int]),
         "sf_set_threads": (None, [c_int]), "sf_get_threads": (c_int, []), "sf_set_spin_us": (None, [c_int]),
         "sf_set_wide_rows": (None, [c_i64]), "sf_get_wide_rows": (c_i64, []), "sf_variant_wide": (c_int, [c_int]),
+        "sf_set_wide_rows_q4_0": (None, [c_i64]), "sf_get_wide_rows_q4_0": (c_i64, []),
         "sf_type_supported": (c_int, [c_int]), "sf_block_values": (c_i64, [c_int]),
         "sf_row_bytes": (c_size, [c_int, c_i64]), "sf_act_row_bytes": (c_size, [c_int, c_i64]),
         "sf_matmul": (c_int, [c_int, vp, c_i64, c_i64, vp, c_i64, vp]),
@@ -199,6 +200,17 @@ def set_wide_rows(m: int) -> None:
 
 def wide_rows() -> int:
     return _need_lib().sf_get_wide_rows()
+
+
+def set_wide_rows_q4_0(m: int) -> None:
+    """Products of at least m rows (0: none) of a Q4_0 weight take its wide path
+    (sf_set_wide_rows_q4_0): the repacked kernels' numbers bit for bit (Q4_0's nibbles are
+    not rounded again), so m is a matter of speed only."""
+    _need_lib().sf_set_wide_rows_q4_0(_whole(m, "wide rows must be an int >= 0 (0 = never)"))
+
+
+def wide_rows_q4_0() -> int:
+    return _need_lib().sf_get_wide_rows_q4_0()
 
 
 def has_wide(name: str) -> bool:

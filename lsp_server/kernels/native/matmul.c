@@ -182,10 +182,13 @@ static int64_t mm_chunk_rows(size_t wrb, int64_t N, int shares) {
 
 /* ---- the wide products (blocks.h sf_wide_block): products of many rows ---- */
 
-static _Atomic int64_t wide_rows_from;  /* sf_set_wide_rows; 0: never */
+static _Atomic int64_t wide_rows_from;       /* sf_set_wide_rows; 0: never */
+static _Atomic int64_t wide_rows_from_q4_0;  /* sf_set_wide_rows_q4_0; 0: never */
 
 void sf_set_wide_rows(int64_t m) { atomic_store(&wide_rows_from, m > 0 ? m : 0); }
 int64_t sf_get_wide_rows(void) { return atomic_load(&wide_rows_from); }
+void sf_set_wide_rows_q4_0(int64_t m) { atomic_store(&wide_rows_from_q4_0, m > 0 ? m : 0); }
+int64_t sf_get_wide_rows_q4_0(void) { return atomic_load(&wide_rows_from_q4_0); }
 
 int sf_variant_wide(int v) {
     const struct sf_kernels *k = sf_kernels_of(v);
@@ -234,9 +237,9 @@ static void wide_share(const void *p, int s, int ns) {
 }
 
 static int wide_fits(const struct sf_kernels *k, int type, int64_t N, int64_t M) {
-    const int64_t from = atomic_load_explicit(&wide_rows_from, memory_order_relaxed);
-    const int has = type == SF_Q4_0_X8 ? k->wide32_tile != NULL
-                  : (type == SF_Q4_K_X8 || type == SF_Q6_K_X8) && k->wide_tile != NULL;
+    const int q4_0 = type == SF_Q4_0_X8;
+    const int64_t from = atomic_load_explicit(q4_0 ? &wide_rows_from_q4_0 : &wide_rows_from, memory_order_relaxed);
+    const int has = q4_0 ? k->wide32_tile != NULL : (type == SF_Q4_K_X8 || type == SF_Q6_K_X8) && k->wide_tile != NULL;
     return from > 0 && M >= from && has && N % SF_WIDE_ROWS == 0;
 }
 

@@ -66,6 +66,12 @@ void sf_set_spin_us(int us);
 void sf_set_wide_rows(int64_t m);
 int64_t sf_get_wide_rows(void);
 int sf_variant_wide(int variant);  /* 1 if the variant runs here and has the wide path */
+/* The same for Q4_0 matrices repacked by sf_repack (m <= 0: none, the default), on every
+ * variant that has the wide path: tiles of 32 rows' nibbles, nothing rounded again (blocks.h
+ * sf_wide_block_32), so these products equal the repacked kernels' bit for bit and their
+ * threshold is only a matter of speed, set apart from the K-quants' (lean_step.py). */
+void sf_set_wide_rows_q4_0(int64_t m);
+int64_t sf_get_wide_rows_q4_0(void);
 
 int sf_type_supported(int type);
 int64_t sf_block_values(int type);                /* 32 or 256; 0 if unsupported */
