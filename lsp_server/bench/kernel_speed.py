@@ -1,6 +1,6 @@
 """Speed of the native kernels (lsp_server/kernels/native) over a 1.5B Qwen2 target's matrices.
 
-    specfill bench kernels [--rows 1,2,3,5,9,13,16] [--passes 5] [--variants avx2]
+    specfill bench kernels [--rows 1,2,3,5,9,13,16] [--passes 5] [--variants avx2] [--model draft]
 
 Distinct random Q4_K weights shaped like the target's 28 layers (fused qkv [2048, 1536],
 o [1536, 1536], fused gate/up [17920, 1536], down [1536, 8960]) plus a Q6_K head
@@ -17,7 +17,11 @@ plain read of the same bytes (--passes of it, median). The scalar reference is ~
 than AVX2, so by default it runs M = 1 only (--scalar-rows). Where the variant has the wide
 path (native.set_wide_rows: a prefill's many rows on int8 tiles shared by every row), its
 rows (--wide-rows) follow, every product on it. --compare-pages times the --rows products
-with the weights in 4 KB pages against huge pages (kernels/huge_pages.py) instead."""
+with the weights in 4 KB pages against huge pages (kernels/huge_pages.py) instead.
+
+--model draft: the 0.5B draft's 24 layers instead, as the engine holds them (requantized to
+Q4_0 at load: qkv [1152, 896], o [896, 896], gate_up [9728, 896], down [896, 4864], ~0.2 GB;
+its head is left out), their wide rows on Q4_0's own wide path (native.set_wide_rows_q4_0)."""
 
 from __future__ import annotations
 
@@ -32,12 +36,15 @@ import torch
 
 from lsp_server.kernels import cpu, huge_pages, native
 
-Q4_K, Q6_K = 12, 14
+Q4_0, Q4_K, Q6_K = 2, 12, 14
 LAYERS = 28
 LAYER_SHAPES = (("qkv", 2048, 1536), ("o", 1536, 1536), ("gate_up", 17920, 1536), ("down", 1536, 8960))
 HEAD_SHAPE = ("head", 151936, 1536)
-FP16_FIELDS = {Q4_K: (0, 2), Q6_K: (208,)}  # byte offsets of d (and dmin) in a block
-BLOCK_BYTES = {Q4_K: 144, Q6_K: 210}
+DRAFT_LAYERS = 24
+DRAFT_SHAPES = (("qkv", 1152, 896), ("o", 896, 896), ("gate_up", 9728, 896), ("down", 896, 4864))
+FP16_FIELDS = {Q4_0: (0,), Q4_K: (0, 2), Q6_K: (208,)}  # byte offsets of d (and dmin) in a block
+BLOCK_BYTES = {Q4_0: 18, Q4_K: 144, Q6_K: 210}
+BLOCK_VALUES = {Q4_0: 32, Q4_K: 256, Q6_K: 256}
 
 
 @dataclass
@@ -51,15 +58,18 @@ class Matrix:
 
 def random_matrix(name: str, type_id: int, N: int, K: int, rng: np.random.Generator) -> Matrix:
     """Random blocks with realistic fp16 scales (speed does not depend on the values)."""
-    blocks = rng.integers(0, 256, size=(N * K // 256, BLOCK_BYTES[type_id]), dtype=np.uint8)
+    blocks = rng.integers(0, 256, size=(N * K // BLOCK_VALUES[type_id], BLOCK_BYTES[type_id]), dtype=np.uint8)
     for offset in FP16_FIELDS[type_id]:
         halves = (np.abs(rng.standard_normal(len(blocks))) * 1e-3).astype(np.float16)
         blocks[:, offset:offset + 2] = halves.view(np.uint8).reshape(-1, 2)
     return Matrix(name, type_id, N, K, native.Weight(type_id, torch.from_numpy(blocks.reshape(N, -1)), K))
 
 
-def build_model(seed: int = 0) -> list[Matrix]:
+def build_model(seed: int = 0, model: str = "target") -> list[Matrix]:
     rng = np.random.default_rng(seed)
+    if model == "draft":
+        return [random_matrix(f"{name}.{layer}", Q4_0, N, K, rng)
+                for layer in range(DRAFT_LAYERS) for name, N, K in DRAFT_SHAPES]
     mats = [random_matrix(f"{name}.{layer}", Q4_K, N, K, rng)
             for layer in range(LAYERS) for name, N, K in LAYER_SHAPES]
     mats.append(random_matrix(HEAD_SHAPE[0], Q6_K, HEAD_SHAPE[1], HEAD_SHAPE[2], rng))
@@ -118,6 +128,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare-pages", action="store_true",
                         help="time the --rows products with the weights in 4 KB pages and in huge pages "
                              "(kernels/huge_pages.py), the two alternating, and nothing else")
+    parser.add_argument("--model", choices=("target", "draft"), default="target",
+                        help="the 1.5B target's matrices (Q4_K, a Q6_K head) or the 0.5B draft's layers (Q4_0)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,10 +147,10 @@ def run(args: argparse.Namespace) -> int:
     print(f"CPU: {cpu.describe()}\nthreads: {native.threads()}")
     if args.compare_pages:
         native.set_variant(variants[0])
-        compare_pages([int(r) for r in args.rows.split(",") if r], args.passes)
+        compare_pages([int(r) for r in args.rows.split(",") if r], args.passes, args.model)
         return 0
     start = time.perf_counter()
-    mats = build_model()
+    mats = build_model(model=args.model)
     total = sum(m.kernel.weight.numel() for m in mats)
     print(f"{len(mats)} matrices, {total / 1e9:.2f} GB of weights (built in {time.perf_counter() - start:.0f} s)")
     read = read_gb_per_s(mats, args.passes)
@@ -171,10 +183,12 @@ def time_variant(variant: str, mats: list[Matrix], args: argparse.Namespace, rea
     wide = [int(r) for r in args.wide_rows.split(",") if r] if variant != "scalar" and native.has_wide(variant) else []
     for M in wide:  # every product of M rows on the wide path, as a prefill's feeds take it
         native.set_wide_rows(1)
+        native.set_wide_rows_q4_0(1)
         try:
             ms = time_passes(mats, M, args.passes)
         finally:
             native.set_wide_rows(0)
+            native.set_wide_rows_q4_0(0)
         base = base or ms
         line("  wide", M, ms)
     print()
@@ -183,7 +197,7 @@ def time_variant(variant: str, mats: list[Matrix], args: argparse.Namespace, rea
 PAGE_ROUNDS = 4
 
 
-def compare_pages(rows: list[int], passes: int) -> None:
+def compare_pages(rows: list[int], passes: int, model: str = "target") -> None:
     """The products of every matrix from two copies of the same weights, one in 4 KB pages
     (plain torch.empty) and one where huge_pages.py puts them, the two alternating by round
     (this machine drifts: only an interleaved ratio means anything)."""
@@ -192,7 +206,7 @@ def compare_pages(rows: list[int], passes: int) -> None:
         before, saved = huge_pages.huge_bytes(), os.environ.get(huge_pages.ENV)
         os.environ[huge_pages.ENV] = setting
         try:
-            copies[label] = build_model()
+            copies[label] = build_model(model=model)
         finally:
             if saved is None:
                 os.environ.pop(huge_pages.ENV)
