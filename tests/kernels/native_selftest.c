@@ -357,7 +357,7 @@ static void run_wide(void) {
 /* The Q4_0 wide path (blocks.h sf_wide_block_32): every variant that has it, and the
  * reference's own, against the repacked kernels (the wide path off), bit for bit, 1-3
  * threads: K = 896 and 4864 (the draft's), one block (seven empty float lanes) and 11 (a
- * tail of 3 after a round of 8), every tail (1-5 rows) of the 6-row passes; with `specials`,
+ * tail of 3 after a round of 8), every tail of the 6-row (AVX-512) and 3-row (AVX2) passes; with `specials`,
  * +inf, NaN and -inf weight scales and a NaN and an infinity in two activation rows. */
 static void run_wide_q4_0(void) {
     const int64_t Ns[] = {32, 96}, Ks[] = {32, 352, 896, 4864}, Ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 17};

@@ -142,7 +142,7 @@ def test_infinite_and_nan_weight_scales_give_the_references_bits(type_id, varian
 @pytest.mark.parametrize("variant", ["scalar"] + wide_variants())
 def test_q4_0_wide_products_are_the_repacked_kernels_bits(variant):
     """The draft's shapes (K = 896 and 4864: not multiples of 256), one block, and every tail
-    of the 5-row (AVX2) and 6-row (AVX-512) passes."""
+    of the 3-row (AVX2) and 6-row (AVX-512) passes."""
     for N, K in ((32, 32), (64, 896), (32, 4864)):
         w = native.Weight(Q4_0, random_weights(Q4_0, N, K, seed=N + K), K)
         for M in (1, 4, 5, 6, 7, 11, 13, 40):
