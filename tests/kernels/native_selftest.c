@@ -312,6 +312,32 @@ static void run_attention_one_at_a_time(void) {
 
 /* The wide path (sf_set_wide_rows): every variant that has it against the reference's, bit
  * for bit, 1-3 threads; M rows at once against one-row calls (the tile is the same whatever M). */
+/* Every variant with a wide path, the wide path switched on, 1-3 threads, against `ref` (the
+ * M rows' products as the caller made them) bit for bit; and the M-row call against M one-row
+ * calls (rows independent). */
+static void check_wide_variants(int x8, const uint8_t *w8, int64_t N, int64_t K, const float *x, int64_t M,
+                                const float *ref, int type, const char *same, const char *rows) {
+    float *y = malloc(M * N * sizeof(float)), *one = malloc(N * sizeof(float));
+    for (int v = 0; v < SF_NVARIANTS; v++) {
+        if (!sf_variant_wide(v)) continue;
+        sf_set_variant(v);
+        for (int threads = 1; threads <= 3; threads++) {
+            sf_set_threads(threads);
+            memset(y, 0xff, M * N * sizeof(float));
+            check(sf_matmul(x8, w8, N, K, x, M, y) == 0 && same_bits(ref, y, M * N), same, type, sf_variant_name(v),
+                  M, N, K);
+        }
+        int rows_ok = 1;
+        for (int64_t m = 0; m < M; m++) {
+            sf_matmul(x8, w8, N, K, x + m * K, 1, one);
+            rows_ok &= same_bits(ref + m * N, one, N);
+        }
+        check(rows_ok, rows, type, sf_variant_name(v), M, N, K);
+    }
+    free(y);
+    free(one);
+}
+
 static void run_wide(void) {
     const int types[] = {SF_Q4_K, SF_Q6_K};
     /* every tail (1-5 rows) of the 6-row passes of AVX2 (avx2_wide.h) and AVX-512 (x86_wide.h) */
@@ -325,7 +351,6 @@ static void run_wide(void) {
                     const size_t rb = sf_row_bytes(type, K);
                     uint8_t *w = malloc(N * rb), *w8 = malloc(N * rb);
                     float *x = malloc(M * K * sizeof(float)), *ref = malloc(M * N * sizeof(float));
-                    float *y = malloc(M * N * sizeof(float)), *one = malloc(N * sizeof(float));
                     fill_weights(type, w, N * rb);
                     fill_x(x, M, K);
                     const int x8 = sf_repack(type, w, N, K, w8);
@@ -333,24 +358,10 @@ static void run_wide(void) {
                     sf_set_variant(SF_SCALAR);
                     sf_set_threads(1);
                     sf_matmul(x8, w8, N, K, x, M, ref);
-                    for (int v = 0; v < SF_NVARIANTS; v++) {
-                        if (!sf_variant_wide(v)) continue;
-                        sf_set_variant(v);
-                        for (int threads = 1; threads <= 3; threads++) {
-                            sf_set_threads(threads);
-                            memset(y, 0xff, M * N * sizeof(float));
-                            check(sf_matmul(x8, w8, N, K, x, M, y) == 0 && same_bits(ref, y, M * N), "wide == reference",
-                                  type, sf_variant_name(v), M, N, K);
-                        }
-                        int rows_ok = 1;
-                        for (int64_t m = 0; m < M; m++) {
-                            sf_matmul(x8, w8, N, K, x + m * K, 1, one);
-                            rows_ok &= same_bits(ref + m * N, one, N);
-                        }
-                        check(rows_ok, "wide M-row call == M one-row calls", type, sf_variant_name(v), M, N, K);
-                    }
+                    check_wide_variants(x8, w8, N, K, x, M, ref, type, "wide == reference",
+                                        "wide M-row call == M one-row calls");
                     sf_set_wide_rows(0);
-                    free(w); free(w8); free(x); free(ref); free(y); free(one);
+                    free(w); free(w8); free(x); free(ref);
                 }
 }
 
@@ -370,7 +381,6 @@ static void run_wide_q4_0(void) {
                     const size_t rb = sf_row_bytes(SF_Q4_0, K);
                     uint8_t *w = malloc(N * rb), *w8 = malloc(N * rb);
                     float *x = malloc(M * K * sizeof(float)), *ref = malloc(M * N * sizeof(float));
-                    float *y = malloc(M * N * sizeof(float)), *one = malloc(N * sizeof(float));
                     fill_weights(SF_Q4_0, w, N * rb);
                     fill_x(x, M, K);
                     if (specials) {
@@ -385,25 +395,11 @@ static void run_wide_q4_0(void) {
                     sf_set_threads(1);
                     sf_matmul(x8, w8, N, K, x, M, ref);
                     sf_set_wide_rows_q4_0(1);
-                    for (int v = 0; v < SF_NVARIANTS; v++) {
-                        if (!sf_variant_wide(v)) continue;
-                        sf_set_variant(v);
-                        for (int threads = 1; threads <= 3; threads++) {
-                            sf_set_threads(threads);
-                            memset(y, 0xff, M * N * sizeof(float));
-                            check(sf_matmul(x8, w8, N, K, x, M, y) == 0 && same_bits(ref, y, M * N),
-                                  specials ? "Q4_0 wide == repacked, inf/NaN" : "Q4_0 wide == repacked", SF_Q4_0,
-                                  sf_variant_name(v), M, N, K);
-                        }
-                        int rows_ok = 1;
-                        for (int64_t m = 0; m < M; m++) {
-                            sf_matmul(x8, w8, N, K, x + m * K, 1, one);
-                            rows_ok &= same_bits(ref + m * N, one, N);
-                        }
-                        check(rows_ok, "Q4_0 wide M-row call == M one-row calls", SF_Q4_0, sf_variant_name(v), M, N, K);
-                    }
+                    check_wide_variants(x8, w8, N, K, x, M, ref, SF_Q4_0,
+                                        specials ? "Q4_0 wide == repacked, inf/NaN" : "Q4_0 wide == repacked",
+                                        "Q4_0 wide M-row call == M one-row calls");
                     sf_set_wide_rows_q4_0(0);
-                    free(w); free(w8); free(x); free(ref); free(y); free(one);
+                    free(w); free(w8); free(x); free(ref);
                 }
 }
 
