@@ -6,12 +6,12 @@ the engine's feeds against the 16-row feeds on the exact kernels that the engine
 
 `engine`: feeds of up to lean_step.NATIVE_MAX_ROWS rows (as a request's prefill runs; warms
 grow theirs: speculative._first_chunk) through the native one-call layers, their products on
-the kernels' wide path from lean_step.WIDE_ROWS rows (weights quantized
-again to int8 per 32-row tile, shared by every row: native.set_wide_rows; the draft's Q4_0
-matrices from lean_step.WIDE_ROWS_Q4_0 rows on tiles of their own nibbles, the repacked
-kernels' bits: native.set_wide_rows_q4_0). `rows16`: feeds of lean_step.ROW_BY_ROW_MAX_ROWS
-rows, every product on the repacked kernels, as the engine ran them before 2026-12-07. Each round prefills the prompt once a mode on a fresh cache, the mode that goes
-first alternating; the ratio is the median over rounds of the two modes' times in the same
+the kernels' wide path from lean_step.WIDE_ROWS rows (weights quantized again to int8 per
+32-row tile, shared by every row: native.set_wide_rows; the draft's Q4_0 matrices from
+lean_step.WIDE_ROWS_Q4_0 rows on tiles of their own nibbles, the repacked kernels' bits:
+native.set_wide_rows_q4_0). `rows16`: feeds of lean_step.ROW_BY_ROW_MAX_ROWS rows, every
+product on the row-independent kernels that verifies use, both wide paths off. Each round
+prefills the prompt once a mode on a fresh cache, the mode that goes first alternating; the ratio is the median over rounds of the two modes' times in the same
 round (this machine drifts by +-20 % within an hour). The prompt is the project's own source
 text, tokenized (prefill speed does not depend on which tokens). The logits after the whole
 prompt: the relative L2 distance between the modes and whether their top tokens agree; the

@@ -151,10 +151,11 @@ def wide_rows(variant: str) -> int:
 # Q4_0 products (the draft's layers, requantized at load) take their own wide path from this
 # many rows (native.set_wide_rows_q4_0), on AVX-512 and AVX2 alike: its tiles keep Q4_0's
 # nibbles and scales as they are, so it gives the repacked kernels' bits and its threshold is
-# speed alone (verifies may take it). The draft's matrices, 2 threads, GMAC/s repacked / wide
-# (AMD EPYC Zen 4, interleaved, median of 5): AVX-512 at 16 rows 143 / 160 (but K = 4864,
-# `down`: 118 / 99), 32 155 / 223 (down 144 / 145), 64 160 / 259, 512 158 / 270; AVX2 at 16
-# 73 / 82, 32 76 / 99, 64 76 / 108, 512 79 / 114. From 32 rows no matrix is slower.
+# speed alone. The draft's matrices, 2 threads, GMAC/s repacked / wide (AMD EPYC Zen 4):
+# AVX-512 at 16 rows 143 / 160 but `down` (K = 4864) 118 / 99, at 32 155 / 223 and down
+# 144 / 145 (each kind alone, interleaved, median of 5); `bench kernels --model draft`: AVX-512
+# at 32 / 64 / 512 rows 143 / 214, 148 / 249, 162 / 277; AVX2 at 16 / 32 / 64 / 512 72 / 112,
+# 74 / 138, 82 / 148, 108 / 161. From 32 rows no matrix is slower on either.
 WIDE_ROWS_Q4_0 = 32
 
 

@@ -368,8 +368,9 @@ static void run_wide(void) {
 /* The Q4_0 wide path (blocks.h sf_wide_block_32): every variant that has it, and the
  * reference's own, against the repacked kernels (the wide path off), bit for bit, 1-3
  * threads: K = 896 and 4864 (the draft's), one block (seven empty float lanes) and 11 (a
- * tail of 3 after a round of 8), every tail of the 6-row (AVX-512) and 3-row (AVX2) passes; with `specials`,
- * +inf, NaN and -inf weight scales and a NaN and an infinity in two activation rows. */
+ * tail of 3 after a round of 8), every tail of the 6-row (AVX-512) and 3-row (AVX2) passes;
+ * with `specials`, +inf, NaN and -inf weight scales and a NaN and an infinity in two
+ * activation rows. */
 static void run_wide_q4_0(void) {
     const int64_t Ns[] = {32, 96}, Ks[] = {32, 352, 896, 4864}, Ms[] = {1, 2, 3, 4, 5, 6, 7, 13, 17};
     for (int specials = 0; specials < 2; specials++)
@@ -385,7 +386,8 @@ static void run_wide_q4_0(void) {
                     fill_x(x, M, K);
                     if (specials) {
                         const uint16_t bad[3] = {0x7c00, 0x7e00, 0xfc00};
-                        for (int b = 0; b < 3; b++) put16(w + (size_t)(5 + 11 * b) % N * rb + (size_t)(b % (K / 32)) * 18, bad[b]);
+                        for (int b = 0; b < 3; b++)  /* rows 5, 16, 27, blocks 0, 1, 2 (where K has them) */
+                            put16(w + (size_t)((5 + 11 * b) % N) * rb + (size_t)(b % (K / 32)) * 18, bad[b]);
                         x[4 * K + K / 2] = NAN;
                         x[5 * K + 3] = INFINITY;
                     }

@@ -946,7 +946,7 @@ ROWS_BY_R(rows_q6_K, dot_q6_K_rows, sf_block_q6_K)
         .name = NAME, .quant_k = quant_k, .quant_32 = quant_32, .q8_0 = rows_q8_0,             \
         .q5_0 = rows_q5_0, .q4_0 = rows_q4_0, .q4_K = rows_q4_K, .q6_K = rows_q6_K,            \
         .q8_0_x8 = rows_q8_0_x8, .q5_0_x8 = rows_q5_0_x8, .q4_0_x8 = rows_q4_0_x8, .q4_K_x8 = rows_q4_K_x8,            \
-        .q6_K_x8 = rows_q6_K_x8, SF_LAYER_OPS, .dot_loop = dot_peak_loop, .dot_forms = SF_DOT_FORMS, SF_X86_WIDE_OPS,            \
+        .q6_K_x8 = rows_q6_K_x8, SF_LAYER_OPS, .dot_loop = dot_peak_loop, .dot_forms = SF_DOT_FORMS, SF_X86_WIDE_OPS, \
         SF_X86_WIDE32_OPS,                                                                     \
     }
 

@@ -104,8 +104,9 @@ static void wide32_tile(const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block_
             _mm256_storeu_ps(tile[i].d + 8 * g, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)b->d)));
             for (int q = 0; q < 4; q++) {
                 const __m256i line = _mm256_loadu_si256((const __m256i *)b->qs[q]);
+                const __m256i high = _mm256_and_si256(_mm256_srli_epi16(line, 4), low);
                 _mm256_storeu_si256((__m256i *)tile[i].q[q][8 * g], _mm256_and_si256(line, low));
-                _mm256_storeu_si256((__m256i *)tile[i].q[q + 4][8 * g], _mm256_and_si256(_mm256_srli_epi16(line, 4), low));
+                _mm256_storeu_si256((__m256i *)tile[i].q[q + 4][8 * g], high);
             }
         }
     }
