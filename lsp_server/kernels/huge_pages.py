@@ -3,9 +3,10 @@
 A decode step streams ~1 GB of repacked weights (`native.Weight`), and `torch.empty` puts
 them in 4 KB pages: ~250,000 of them a step, each a TLB miss and a page walk, and the
 hardware prefetchers stop at every 4 KB boundary. In 2 MB pages the same bytes are 500
-pages. The products over all of the target's matrices took 0.94 / 0.92 / 0.96 / 0.96 of
-the time at 1 / 2 / 4 / 8 rows, every round faster (`specfill bench kernels --compare-pages`:
-the two placements alternating in one process; AMD EPYC Zen 4, 2 threads, avx512).
+pages. The products over all of the target's matrices at 8 rows (a verify) took 0.87-0.96
+of the time in five runs of `specfill bench kernels --compare-pages` (the two placements
+alternating in one process; AMD EPYC Zen 4, 2 threads, avx512); at one and two rows the runs
+went either way (0.82-1.12), within that machine's noise.
 
 Linux gives huge pages to anonymous memory in `madvise` mode only where asked
 (MADV_HUGEPAGE, before the pages are first touched), and never in `never` mode: then this
