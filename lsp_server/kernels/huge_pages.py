@@ -15,8 +15,8 @@ Copies are carved out of 2 MB-aligned maps of CHUNK_BYTES (a larger one gets its
 each a tensor that keeps its map alive; SPECFILL_HUGE_PAGES=0 turns it off (plain
 `torch.empty`), for comparisons (`specfill bench kernels --compare-pages`). It is made for
 copies that live as long as their model: space is never handed out twice, so a copy dropped
-early stays reserved until every copy carved from its map is gone (at most one open map's
-worth, CHUNK_BYTES, for copies made and dropped again, as `native.matmul` does in tests).
+early stays reserved until every copy carved from its map is gone (at most two maps'
+worth, 2 x CHUNK_BYTES, for copies made and dropped again, as `native.matmul` does in tests).
 """
 
 from __future__ import annotations
