@@ -112,27 +112,33 @@ static void wide32_tile(const uint8_t *w, size_t wrb, int64_t nb, sf_wide_block_
     }
 }
 
+/* The passes of a wide product over its M activation rows, for wide_rows here and
+ * wide32_rows (x86_wide32_rows.h): whole passes of R rows through rows_r, then one pass of
+ * the rest, each count below R a case of its own so that each compiles once with its count
+ * as a constant (R <= 12). It reads the enclosing function's parameters by name: the tile t
+ * of nb blocks, the activation rows xq (xrb bytes apart), their per-block sums xs, M, and
+ * the output y (ldy apart). */
+#define SF_WIDE_REST(rows_r, R, n)                                                                  \
+    case n:                                                                                         \
+        if ((n) < (R)) rows_r(t, nb, xq + (size_t)m * xrb, xrb, xs + m * nb, y + m * ldy, ldy, (n) < (R) ? (n) : 1); \
+        break;
+#define SF_WIDE_PASSES(rows_r, R)                                                                   \
+    int64_t m = 0;                                                                                  \
+    for (; m + (R) <= M; m += (R)) rows_r(t, nb, xq + (size_t)m * xrb, xrb, xs + m * nb, y + m * ldy, ldy, (R)); \
+    switch (M - m) {                                                                                \
+        SF_WIDE_REST(rows_r, R, 1) SF_WIDE_REST(rows_r, R, 2) SF_WIDE_REST(rows_r, R, 3)            \
+        SF_WIDE_REST(rows_r, R, 4) SF_WIDE_REST(rows_r, R, 5) SF_WIDE_REST(rows_r, R, 6)            \
+        SF_WIDE_REST(rows_r, R, 7) SF_WIDE_REST(rows_r, R, 8) SF_WIDE_REST(rows_r, R, 9)            \
+        SF_WIDE_REST(rows_r, R, 10) SF_WIDE_REST(rows_r, R, 11)                                     \
+    default: break;                                                                                 \
+    }
+
 SF_ALWAYS_INLINE void wide_rows_r(const sf_wide_block *t, int64_t nb, const uint8_t *xq, size_t xrb,
                                   const int32_t *xsum, float *y, int64_t ldy, const int R);
 
-static void wide_rows(const sf_wide_block *t, int64_t nb, const uint8_t *xq, size_t xrb, const int32_t *xsum,
+static void wide_rows(const sf_wide_block *t, int64_t nb, const uint8_t *xq, size_t xrb, const int32_t *xs,
                       int64_t M, float *y, int64_t ldy) {
-    int64_t m = 0;
-    for (; m + SF_WIDE_R <= M; m += SF_WIDE_R)
-        wide_rows_r(t, nb, xq + (size_t)m * xrb, xrb, xsum + m * nb, y + m * ldy, ldy, SF_WIDE_R);
-    const uint8_t *x = xq + (size_t)m * xrb;
-    const int32_t *xs = xsum + m * nb;
-    /* the last M % R rows: a pass of their own count (each case below R compiles once) */
-#define SF_WIDE_REST(n)                                                                                 \
-    case n:                                                                                             \
-        if ((n) < SF_WIDE_R) wide_rows_r(t, nb, x, xrb, xs, y + m * ldy, ldy, (n) < SF_WIDE_R ? (n) : 1); \
-        break;
-    switch (M - m) {
-        SF_WIDE_REST(1) SF_WIDE_REST(2) SF_WIDE_REST(3) SF_WIDE_REST(4) SF_WIDE_REST(5) SF_WIDE_REST(6)
-        SF_WIDE_REST(7) SF_WIDE_REST(8) SF_WIDE_REST(9) SF_WIDE_REST(10) SF_WIDE_REST(11)
-    default: break;
-    }
-#undef SF_WIDE_REST
+    SF_WIDE_PASSES(wide_rows_r, SF_WIDE_R)
 }
 
 #endif /* SF_X86_WIDE_SHARED_H */
