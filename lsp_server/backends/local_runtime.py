@@ -304,8 +304,9 @@ def time_rounds(engine: Any, prompt: list[int], options: Any, progress: Callable
 
 
 def huge_pages_line() -> str:
-    """Where the kernels' weight copies live (kernels.huge_pages): said once at load, since a
-    system without transparent huge pages runs every step ~5-8 % slower."""
+    """Where the kernels' weight copies live (kernels.huge_pages): said once at load, since
+    without transparent huge pages a verify's products ran 4-13 % slower (bench kernels
+    --compare-pages, AMD EPYC Zen 4)."""
     from lsp_server.kernels import huge_pages
 
     if not huge_pages.enabled():

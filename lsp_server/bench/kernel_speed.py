@@ -30,6 +30,7 @@ import os
 import statistics
 import time
 from dataclasses import dataclass
+from unittest import mock
 
 import numpy as np
 import torch
@@ -203,15 +204,9 @@ def compare_pages(rows: list[int], passes: int, model: str = "target") -> None:
     (this machine drifts: only an interleaved ratio means anything)."""
     copies = {}
     for label, setting in (("4 KB pages", "0"), ("huge pages", "1")):
-        before, saved = huge_pages.huge_bytes(), os.environ.get(huge_pages.ENV)
-        os.environ[huge_pages.ENV] = setting
-        try:
+        before = huge_pages.huge_bytes()
+        with mock.patch.dict(os.environ, {huge_pages.ENV: setting}):
             copies[label] = build_model(model=model)
-        finally:
-            if saved is None:
-                os.environ.pop(huge_pages.ENV)
-            else:
-                os.environ[huge_pages.ENV] = saved
         after = huge_pages.huge_bytes()
         held = "not reported here" if None in (before, after) else f"{(after - before) / 1e9:.2f} GB"
         print(f"{label}: {len(copies[label])} matrices; in huge pages: {held}")

@@ -11,8 +11,9 @@ the kernels' wide path from lean_step.WIDE_ROWS rows (weights quantized again to
 lean_step.WIDE_ROWS_Q4_0 rows on tiles of their own nibbles, the repacked kernels' bits:
 native.set_wide_rows_q4_0). `rows16`: feeds of lean_step.ROW_BY_ROW_MAX_ROWS rows, every
 product on the row-independent kernels that verifies use, both wide paths off. Each round
-prefills the prompt once a mode on a fresh cache, the mode that goes first alternating; the ratio is the median over rounds of the two modes' times in the same
-round (this machine drifts by +-20 % within an hour). The prompt is the project's own source
+prefills the prompt once a mode on a fresh cache, the mode that goes first alternating; the
+ratio is the median over rounds of the two modes' times in the same round (this machine
+drifts by +-20 % within an hour). The prompt is the project's own source
 text, tokenized (prefill speed does not depend on which tokens). The logits after the whole
 prompt: the relative L2 distance between the modes and whether their top tokens agree; the
 exact paths themselves differ by float rounding, so the same distance is given for the

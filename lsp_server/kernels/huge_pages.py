@@ -75,7 +75,7 @@ class Arena:
         """An uninitialised tensor; in huge-page memory when enabled() and it is a weight
         matrix's size (MIN_BYTES)."""
         shape = tuple(shape)
-        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * dtype.itemsize
         if not enabled() or nbytes < MIN_BYTES:
             return torch.empty(shape, dtype=dtype)
         with self._lock:
