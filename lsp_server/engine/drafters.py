@@ -49,8 +49,9 @@ class ModelDrafter:
     def begin(self, ids: Sequence[int], protect: bool = False, keep: bool = False) -> None:
         self.slot = self.pool.acquire(ids, protect, keep)
         self._seen = len(ids)
-        if self.head is not None:
+        if self.head is not None:  # scores other ids now than the slot's kept logits had
             self.head.focus(ids)
+            self.slot.forget_next()
 
     def missing(self, ids: Sequence[int]) -> int:
         """Tokens of `ids` (all but the last, which a proposal feeds) the cache lacks."""

@@ -293,9 +293,10 @@ class SpeculativeEngine:
                  self.options.warm_chunk if warm else self.options.prefill_chunk)
         first = _first_chunk(slot) if warm or run.request.background else 0
         fed, logits = slot.extend(run.ids, _chunk(slot, chunk), should_abort, first)
-        if logits is None:  # the slot already held the whole prompt
-            logits = slot.sync(run.ids)
-            fed = 1
+        if logits is None:  # the slot already held the whole prompt: a warm's, say
+            logits, fed = slot.kept_logits(), 0
+            if logits is None:  # its last feed went further (a generation, since rewound)
+                logits, fed = slot.sync(run.ids), 1
         run.stats.prefilled_tokens = fed
         run.stats.prefill_s = time.perf_counter() - t
         if self.live is not None:

@@ -1,6 +1,6 @@
 """A warm (max_new_tokens 0) loads the prompt into both models' caches and nothing else;
-the request after it prefills one token and produces what a cold engine produces; a warm
-never throws away another prompt's cache to do it."""
+the request after it prefills nothing (the warm's next-token logits are kept) and
+produces what a cold engine produces; a warm never throws away another prompt's cache to do it."""
 
 from __future__ import annotations
 
@@ -40,12 +40,12 @@ def test_a_warm_prefills_both_models_and_generates_nothing():
     assert any(slot.ids == list(PROMPT[:-1]) for slot in engine.drafter.pool.slots)
 
 
-def test_the_request_after_a_warm_prefills_one_token_and_matches_a_cold_engine():
+def test_the_request_after_a_warm_prefills_nothing_and_matches_a_cold_engine():
     warmed = make_engine()
     final(warmed.generate(CompletionRequest("w", PROMPT, WARM)))
     after = final(warmed.generate(CompletionRequest("r", PROMPT, POLICY)))
     cold = final(make_engine().generate(CompletionRequest("c", PROMPT, POLICY)))
-    assert after.stats.prefilled_tokens == 1
+    assert after.stats.prefilled_tokens == 0  # the warm's own next-token logits
     assert after.token_ids == cold.token_ids and after.token_ids
 
 
@@ -115,3 +115,15 @@ def test_a_warm_that_keeps_the_cached_prompts_cuts_none_of_them():
     whole = tuple(list(PROMPT[:100]) + [1] * 200)  # the same head, 20 tokens of it differ
     assert pool.acquire(whole, protect=True) is short
     assert pool.acquire(whole, protect=True, keep=True) is not short
+
+
+def test_a_slot_keeps_its_last_logits_only_while_its_cache_ends_where_they_were_computed():
+    slot = make_engine().pool.slots[0]
+    _, logits = slot.extend(PROMPT)
+    assert slot.kept_logits() is not None and torch.equal(slot.sync(PROMPT), logits)
+    slot.feed([1, 2, 3])  # a verify's rows: the last one's logits kept, copied
+    assert slot.kept_logits().shape == logits.shape
+    slot.rewind(len(PROMPT))
+    assert slot.kept_logits() is None
+    again = slot.sync(PROMPT)  # fed the last token again
+    assert slot.ids == list(PROMPT) and torch.allclose(again, logits, atol=1e-5)
