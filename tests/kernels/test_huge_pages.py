@@ -81,3 +81,19 @@ def test_products_from_the_arena_equal_those_from_plain_memory(monkeypatch):
         weight.matmul(x, out)
         outs.append(out)
     assert torch.equal(outs[0], outs[1])
+
+
+def test_a_stacked_weight_is_carved_from_the_arena_too(monkeypatch):
+    """Weight.stacked (made-up parts fused after their first use) copies into the arena, as
+    every weight copy does: the fused layers are most of a step's bytes."""
+    parts = [native.Weight(12, random_weights(12, n, 1536, seed=n, realistic=True), 1536) for n in (64, 32)]
+    x = random_x(2, 1536, seed=5)
+    before = [p.matmul(x, torch.empty(2, p.N)) for p in parts]
+    asked = []
+    real = huge_pages.empty
+    monkeypatch.setattr(huge_pages, "empty", lambda shape, dtype=torch.uint8: asked.append(tuple(shape)) or real(shape, dtype))
+    stacked = native.Weight.stacked(parts)
+    assert asked == [tuple(stacked.weight.shape)] and stacked.N == 96
+    out = stacked.matmul(x, torch.empty(2, 96))
+    assert torch.equal(out, torch.cat(before, dim=1))
+    assert all(torch.equal(p.matmul(x, torch.empty(2, p.N)), b) for p, b in zip(parts, before))

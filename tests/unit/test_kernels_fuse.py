@@ -31,6 +31,24 @@ def test_fused_output_is_the_separate_outputs_side_by_side(files, names):
         assert all(torch.equal(part(x), b) for part, b in zip(parts, before))
 
 
+@pytest.mark.parametrize("names", [("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj")], ids=["qkv", "gate-up"])
+def test_parts_fused_before_their_first_use_get_no_copy_of_their_own(files, names):
+    model, twin = load(files, "draft"), load(files, "draft")
+    owner, twin_owner = ((m.model.layers[1].self_attn if names[0] == "q_proj" else m.model.layers[1].mlp)
+                         for m in (model, twin))
+    parts = [getattr(owner, n) for n in names]
+    assert all(p._form is None for p in parts)  # nothing repacked at load: made on first use
+    fused = fuse(parts)
+    whole = fused.module._weight.weight
+    start, end = whole.data_ptr(), whole.data_ptr() + whole.numel() * whole.element_size()
+    for part in parts:  # row views of the one repacked copy
+        assert start <= part._weight.weight.data_ptr() < end
+    x = torch.randn(3, 128)
+    with torch.inference_mode():  # the numbers the parts' own copies give (the twin's)
+        for out, twin_part in zip(fused(x), (getattr(twin_owner, n) for n in names)):
+            assert torch.equal(out, twin_part(x))
+
+
 def test_layers_that_differ_are_not_fused(files):
     model = load(files, "target")  # layer 0's v is Q5_0 beside a Q8_0 q and k
     attn = model.model.layers[0].self_attn

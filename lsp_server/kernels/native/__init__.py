@@ -358,7 +358,12 @@ class Weight:
             return None
         if not all(p._whole_groups(0, p.N) for p in parts):
             return None
-        stacked = first._view(torch.cat([p.weight for p in parts]))
+        from lsp_server.kernels import huge_pages  # as every weight copy: huge pages
+
+        rows = sum(p.weight.shape[0] for p in parts)
+        whole = huge_pages.empty((rows, *first.weight.shape[1:]), first.weight.dtype)
+        torch.cat([p.weight for p in parts], out=whole)
+        stacked = first._view(whole)
         start = 0
         for p in parts:
             p._set(p.type_id, p.K, stacked.weight[start:start + p.N])
