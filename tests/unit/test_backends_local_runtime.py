@@ -51,6 +51,31 @@ def test_round_costs_from_a_busy_moment_are_not_used() -> None:
     assert not plausible(RowCosts(target=(0.35, 0.32, 0.33), draft=1.43))
 
 
+def test_a_table_where_more_rows_timed_cheaper_is_timed_again(monkeypatch) -> None:
+    from lsp_server.backends import local_runtime
+    from lsp_server.engine.costs import RowCosts
+
+    noisy = RowCosts(target=(0.050, 0.079, 0.139, 0.090), draft=0.009)  # a forced-AVX2 load
+    clean = RowCosts(target=(0.037, 0.045, 0.062, 0.080), draft=0.011)
+    assert not local_runtime.rising(noisy) and local_runtime.rising(clean)
+    assert local_runtime.rising(RowCosts(target=(0.038, 0.037, 0.064), draft=0.01))  # within noise
+    tables = iter([noisy, clean])
+    monkeypatch.setattr(local_runtime, "measure_costs", lambda engine, prompt: next(tables))
+
+    class Engine:
+        costs = None
+
+    class Options:
+        max_k = 0
+
+    engine, options, said = Engine(), Options(), []
+    local_runtime.time_rounds(engine, [1, 2], options, said.append)
+    assert engine.costs == clean and options.max_k >= 1 and "measured round costs" in said[-1]
+    tables = iter([noisy] * 3)  # noisy every time: still used, plausible as they are
+    local_runtime.time_rounds(engine, [1, 2], options, said.append)
+    assert engine.costs == noisy and next(tables, None) is None
+
+
 def test_the_load_says_where_the_weight_copies_live(monkeypatch) -> None:
     from lsp_server.kernels import huge_pages
 
