@@ -308,7 +308,7 @@ def time_rounds(engine: Any, prompt: list[int], options: Any, progress: Callable
     from lsp_server.engine.costs import best_k
 
     costs = measure_costs(engine, prompt)
-    for _ in range(2):  # a busy moment: timed again, twice at most (5-7 s each on 2 cores)
+    for _ in range(2):  # a busy moment: timed again, twice at most
         if plausible(costs) and rising(costs):
             break
         costs = measure_costs(engine, prompt)

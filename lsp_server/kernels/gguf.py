@@ -126,9 +126,9 @@ class GGUFLinear(nn.Module):
         use. Why not at construction: a layer that is fused (`fuse_rows`) or requantized
         (`requantize_to_q4_0`) at load would have had a copy that is dropped at once, and
         the weight copies come from a huge-page arena that never hands space out twice
-        (kernels/huge_pages.py): those copies held ~0.8 GB of the server's memory for
-        nothing (RSS after loading the default pair 2.85 GB against 2.05 GB with the arena
-        off, AMD EPYC Zen 4), while the fused layers' own copies were in 4 KB pages."""
+        (kernels/huge_pages.py): with them the server peaked at 3.54 GB in `specfill bench
+        lsp --session open`, 2.72 GB without (AMD EPYC Zen 4), and the fused layers' own
+        copies were in 4 KB pages."""
         if self._form is None and native.available():
             self._form = native.Weight(self.type_id, self.blocks, self.in_features)
         return self._form
