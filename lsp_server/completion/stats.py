@@ -88,7 +88,7 @@ class ServerStats:
         self.last: dict[str, Any] | None = None
         # Background prefills (completion/background.py): outcome counts and tokens they loaded.
         self.warms: dict[str, Any] = {"warm": 0, "aborted": 0, "error": 0, "prefilled_tokens": 0,
-                                      "last": None}
+                                      "ahead_tokens": 0, "ahead_draft_s": 0.0, "last": None}
         # Answers taken from earlier generations (engine/lineage.py, completion/precompute.py).
         self.reuse: dict[str, int] = {
             "answers_from_generation": 0,  # type-through: the start came from the last one
@@ -133,6 +133,9 @@ class ServerStats:
         key = reason if reason in ("warm", "aborted") else "warm" if reason == "cached" else "error"
         self.warms[key] += 1
         self.warms["prefilled_tokens"] += stats.prefilled_tokens
+        # the draft model's tokens made at rest for the request's first round (engine)
+        self.warms["ahead_tokens"] += stats.ahead_tokens
+        self.warms["ahead_draft_s"] += stats.draft_s
         self.warms["last"] = {"reason": reason, "prompt_tokens": stats.prompt_tokens,
                               "prefilled_tokens": stats.prefilled_tokens, "prefill_s": stats.prefill_s}
 

@@ -1,5 +1,5 @@
-"""Which draft a round verifies: a free one (prompt lookup, the pool of earlier requests) or
-the draft model's, by the tokens per second each is expected to give.
+"""Which draft a round verifies: a free one (prompt lookup, the pool of earlier requests, the
+draft model's tokens made at rest) or the draft model's, by the tokens per second each is expected to give.
 
 A free draft costs no draft step, only the verify's extra rows, so it may run longer than
 any k the model drafts; its length is cut where one more token stops paying at its source's
@@ -15,6 +15,8 @@ from typing import Sequence
 from .controller import Controller
 from .costs import Odds, free_length, tokens_per_s
 from .drafters import Draft
+
+AHEAD = "ahead"  # drafters.AheadDrafter's source
 
 # A free draft after a match this long is priced apart from one after a shorter match: a
 # long match names its context, a short one (a name, a bracket) often continues elsewhere.
@@ -61,7 +63,10 @@ class Offer:
 
 
 def price_key(source: str, match: int) -> str:
-    """What a free draft's acceptance is learnt and priced under (Controller.free_acceptance)."""
+    """What a free draft's acceptance is learnt and priced under (Controller.free_acceptance);
+    the draft model's tokens made at rest (drafters.AheadDrafter) under the model's."""
+    if source not in LONG_MATCH:
+        return source
     return f"{source}_{'long' if match >= LONG_MATCH.get(source, LONG_MATCH['pool']) else 'short'}"
 
 
@@ -74,8 +79,9 @@ def pick_free(offers: Sequence[Offer], controller: Controller, model_k: int, *,
     if not offers:
         return None
     if controller.costs is None:
-        if model_k > 0:
-            offers = [o for o in offers if o.match >= min_match and o.draft.source in trusted]
+        if model_k > 0:  # the model's own tokens made at rest, or a long match from a trusted source
+            offers = [o for o in offers if o.draft.source == AHEAD
+                      or o.match >= min_match and o.draft.source in trusted]
         longest = max(offers, key=lambda o: o.match) if offers else None
         return None if longest is None else Draft(longest.draft.source, longest.draft.tokens,
                                                   match=longest.match)
@@ -84,7 +90,9 @@ def pick_free(offers: Sequence[Offer], controller: Controller, model_k: int, *,
     best, best_rate = None, max(other, tokens_per_s(costs, 0, 1.0))
     for offer in offers:
         key = price_key(offer.draft.source, offer.match)
-        odds = controller.free_acceptance(key, FREE_PRIOR[key])
+        # made at rest by the draft model: right as often as its rounds are
+        odds = (controller.free_acceptance(key, FREE_PRIOR[key]) if key in FREE_PRIOR
+                else Odds(controller.acceptance, controller.acceptance))
         keep, rate = free_length(costs, len(offer.draft.tokens), odds)
         if keep and rate > best_rate:
             best, best_rate = Draft(offer.draft.source, offer.draft.tokens[:keep], match=offer.match), rate

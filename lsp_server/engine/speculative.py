@@ -24,7 +24,7 @@ from .costs import LiveCosts, RowCosts, catch_up_pays, draft_pays
 from .detokenize import StreamingText
 from .draft_head import DEFAULT_COMMON
 from .draft_choice import Offer, pick_free, price_key, rewrites_suffix
-from .drafters import Draft, ModelDrafter, PoolDrafter, PromptLookupDrafter
+from .drafters import AheadDrafter, Draft, ModelDrafter, PoolDrafter, PromptLookupDrafter
 from .healing import TokenTexts, mask_to, remaining
 from .lean_step import WIDE_ROWS, one_call_rows
 from .lineage import Lineage, best_known
@@ -45,6 +45,11 @@ LOOKUP_TRIAL_TOKENS = 8
 FREE_DRAFT_MAX = 15
 # Greedy generations remembered for type-through and precomputed answers (lineage.py).
 LINEAGES = 32
+# Most tokens the draft model drafts at rest after a warm (`_draft_ahead`): a verify of more
+# rows costs more than the tokens the model's odds promise add (costs.free_length cuts them
+# at the request), and each is a draft step (~10 ms) a request arriving meanwhile waits
+# for at most one layer of.
+AHEAD_TOKENS = 8
 
 
 def _chunk(slot: KVSlot | None, wanted: int) -> int:
@@ -151,6 +156,7 @@ class SpeculativeEngine:
                 install_abort_hooks(model)
         self.lookup = PromptLookupDrafter()
         self.history = PoolDrafter(self.options.pool_tokens, self.options.pool_output_tokens)
+        self.ahead = AheadDrafter()
         self.memory = AcceptanceMemory()
         self.live: LiveCosts | None = None  # once the runtime has timed this machine (costs)
         self._token_texts: TokenTexts | None = None  # see token_texts()
@@ -185,6 +191,7 @@ class SpeculativeEngine:
                 logits = self._prefill(run, slot, should_abort)
                 if request.max_new_tokens <= 0:  # a warm: load the prompt, generate nothing
                     self._prefill_draft(run, should_abort)
+                    self._draft_ahead(run, logits, should_abort)
                     run.stats.stop_reason = "warm"
             if run.stats.stop_reason == "warm":
                 yield self._finish(run)
@@ -267,6 +274,7 @@ class SpeculativeEngine:
         """Forget every earlier request: KV caches and the generations kept for reuse."""
         self.lineages.clear()
         self.history.clear()
+        self.ahead.clear()
         self.pool.clear()
         if self.drafter is not None:
             self.drafter.pool.clear()
@@ -320,6 +328,49 @@ class SpeculativeEngine:
             run.stats.prefill_s += elapsed
             if self.live is not None:
                 self.live.observe_catch_up(fed, elapsed)
+
+    @torch.inference_mode()
+    def _draft_ahead(self, run: _Run, logits: torch.Tensor, should_abort: Callable[[], bool]) -> None:
+        """A warm, once both caches hold its prompt: the draft model drafts after the answer's
+        first token (the target's greedy pick from `logits`), so the request's first round
+        has its draft already (drafters.AheadDrafter). Up to AHEAD_TOKENS (and the policy's
+        k_max), fewer where this
+        context's answers are short (AcceptanceMemory.remaining), stopping as a round's
+        draft does (the confidence stop, the answer's end); a request arriving stops it
+        within a layer, and the tokens drafted by then are kept."""
+        request = run.request
+        drafter = self._model_drafter(request.policy)
+        if drafter is None or not run.sampling.greedy or request.policy.k_max <= 0 \
+                or drafter.missing(run.ids):
+            return
+        first, rest = self._choose(run, logits, request.heal)
+        ends = self._answer_end(run)
+        if rest or ends(first):  # the healed text goes on, or the answer is one token
+            return
+        wanted = min(AHEAD_TOKENS, self.options.free_draft_max, request.policy.k_max)
+        likely = self.memory.remaining(memory_key(request.policy), 1)
+        if likely is not None:
+            wanted = min(wanted, max(0, math.ceil(likely) - 1))
+        if wanted <= 0:
+            return
+        context, made = run.ids + [first], []
+
+        def told(token: int) -> bool:  # each token but the last as the draft makes it: kept if aborted
+            made.append(token)
+            return ends(token)
+
+        t = time.perf_counter()
+        try:
+            made = drafter.propose(context, wanted, request.policy.draft_p_min, run.sampling, None,
+                                   should_abort, told).tokens
+        except Aborted:
+            pass  # a request came: it has what was drafted so far
+        elapsed = time.perf_counter() - t
+        self.ahead.keep(context, made)
+        run.stats.ahead_tokens = len(made)
+        run.stats.draft_s += elapsed
+        if self.live is not None and made:
+            self.live.observe_draft(len(made), elapsed)
 
     @torch.inference_mode()
     def _plain_step(self, run: _Run, slot: KVSlot) -> torch.Tensor:
@@ -389,7 +440,7 @@ class SpeculativeEngine:
             d.accepted += n
         else:
             stats.plain_rounds += 1
-        controller.observe(len(draft.tokens), n, h, model=draft.source == "draft",
+        controller.observe(len(draft.tokens), n, h, model=draft.source in (ModelDrafter.name, AheadDrafter.name),
                            source=price_key(draft.source, draft.match))
         if draft.tokens and log.isEnabledFor(logging.DEBUG):
             log.debug("%s round %d (%s): %s drafted %d (match %d), %d accepted",
@@ -410,7 +461,7 @@ class SpeculativeEngine:
             run.stats.catch_ups_skipped += 1
             model = None
         t = time.perf_counter()
-        offers = self._free_offers(run, free) if policy.prompt_lookup and free > 0 else []
+        offers = self._free_offers(run, free, policy.prompt_lookup) if free > 0 else []
         draft = pick_free(offers, controller, k if model is not None else 0,
                           min_match=self.options.lookup_min_match, trusted=self._trusted(run))
         if draft is not None:
@@ -479,12 +530,13 @@ class SpeculativeEngine:
         return draft_pays(controller.costs, controller.acceptance, run.stats.draft_catch_up, tokens,
                           run.request.policy.k_max)
 
-    def _free_offers(self, run: _Run, limit: int) -> list[Offer]:
-        """What the request's own context (lookup) and earlier requests (the pool) propose."""
-        lookup, match = self.lookup.propose(run.ids, limit)
-        pooled, pool_match = self.history.propose(run.ids, limit)
-        return [Offer(self._within_answer(run, draft), n)
-                for draft, n in ((lookup, match), (pooled, pool_match))
+    def _free_offers(self, run: _Run, limit: int, lookup: bool = True) -> list[Offer]:
+        """What the request's own context (lookup) and earlier requests (the pool) propose
+        (`lookup`: the policy lets them), and the draft model's tokens made at rest."""
+        found = [(self.ahead.propose(run.ids, limit), 0)]
+        if lookup:
+            found += [self.lookup.propose(run.ids, limit), self.history.propose(run.ids, limit)]
+        return [Offer(self._within_answer(run, draft), n) for draft, n in found
                 if not rewrites_suffix(draft.tokens, run.request.suffix_ids)]
 
     def _answer_end(self, run: _Run) -> Callable[[int], bool]:

@@ -107,6 +107,9 @@ class Stats:
     # Rounds that passed the draft model over because the tokens it lacked by then (settled by
     # free drafts and plain rounds) cost more to catch up than it would save on the rest.
     catch_ups_skipped: int = 0
+    # A warm: tokens the draft model drafted at rest after the answer's first token, for the
+    # request's first round (SpeculativeEngine._draft_ahead; their time is in draft_s).
+    ahead_tokens: int = 0
 
     @property
     def drafted(self) -> int:

@@ -110,3 +110,27 @@ def test_a_whole_lookup_4_gram_is_a_long_match_and_the_pool_needs_8():
 
     assert (price_key("lookup", 3), price_key("lookup", 4)) == ("lookup_short", "lookup_long")
     assert (price_key("pool", 7), price_key("pool", 8)) == ("pool_short", "pool_long")
+
+
+def test_the_models_tokens_made_at_rest_are_priced_at_the_models_acceptance_and_beat_its_round():
+    """They cost no draft step, so at the model's own odds they beat the round it would
+    draft, and they run longer the more often the model is right."""
+    steep = RowCosts(target=(1.0, 1.2, 1.4, 1.6, 1.8), draft=0.3)
+    c = controller(steep)
+    ahead = [offer("ahead", 8, match=0)]
+    picked = pick_free(ahead, c, model_k=2, min_match=3, trusted=set())
+    assert picked is not None and picked.source == "ahead"
+    at_prior = len(picked.tokens)
+    for _ in range(6):
+        c.observe(drafted=4, accepted=4, target_entropy=None, model=True)
+    assert len(pick_free(ahead, c, model_k=2, min_match=3, trusted=set()).tokens) > at_prior
+    for _ in range(100):
+        c.observe(drafted=4, accepted=0, target_entropy=None, model=True)
+    assert c.acceptance < 0.25  # a 2-row verify for 1.23 tokens at best: one token at most
+    assert len(pick_free(ahead, c, model_k=2, min_match=3, trusted=set()).tokens) == 1
+    flat_out = controller(RowCosts(target=(1.0, 1.3, 1.6, 1.9, 2.2), draft=0.3))
+    for _ in range(100):
+        flat_out.observe(drafted=4, accepted=0, target_entropy=None, model=True)
+    assert pick_free(ahead, flat_out, model_k=2, min_match=3, trusted=set()) is None  # a plain round
+    fixed = controller(costs=None, mode="fixed")  # no costs: the model's own tokens, as drafted
+    assert pick_free(ahead, fixed, model_k=3, min_match=3, trusted=set()).tokens == list(range(8))
