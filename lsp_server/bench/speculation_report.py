@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from lsp_server.bench.report import markdown_table, median
 from lsp_server.engine.costs import RowCosts, verify_s
-from lsp_server.engine.speculative import FREE_DRAFT_MAX
+from lsp_server.engine.speculative import AHEAD_TOKENS, FREE_DRAFT_MAX
 
 BLOCK_TOKENS = 16
 # Issue 50's targets (medians of off / adaptive; AVX-512, forced AVX2): reported, never asserted.
@@ -34,7 +34,9 @@ def row_costs(shown: dict[str, Any] | None) -> RowCosts | None:
 def perfect_rounds_s(tokens: int, costs: RowCosts, free: bool) -> float:
     """The least time to decode `tokens` tokens after the prefill's own when every drafted
     token is right: rounds of k drafted tokens settle k + 1 for k draft steps (none for a
-    free draft) and a verify of k + 1 rows; k up to the model's cap or a free draft's most."""
+    free draft) and a verify of k + 1 rows; k up to the model's cap or a free draft's most.
+    The model's first round has its draft from the warm (up to AHEAD_TOKENS drafted at rest,
+    SpeculativeEngine._draft_ahead): a verify alone."""
     most = FREE_DRAFT_MAX if free else costs.max_k
     draft = 0.0 if free else costs.draft
 
@@ -43,7 +45,10 @@ def perfect_rounds_s(tokens: int, costs: RowCosts, free: bool) -> float:
         if n <= 0:
             return 0.0
         return min(k * draft + verify_s(costs, k + 1) + best(n - k - 1) for k in range(min(most, n - 1) + 1))
-    return best(tokens)
+    if free or tokens <= 1:
+        return best(tokens)
+    return min(verify_s(costs, k + 1) + best(tokens - k - 1)
+               for k in range(min(AHEAD_TOKENS, tokens - 1) + 1))
 
 
 def bound(off: dict[str, Any], costs: RowCosts | None, free: bool) -> float | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-timeout-s", type=float, default=120.0)
     p.add_argument("--ready-timeout-s", type=float, default=600.0)
     p.add_argument("--out", default="bench-results/speculation")
+    p.add_argument("--report-from", default=None, metavar="JSON",
+                   help="a run's speculation.json: report its requests again with this code's "
+                        "summary and bounds; no server is started")
 
 
 @dataclass(frozen=True)
@@ -169,16 +173,21 @@ async def drive(args: argparse.Namespace, steps: Sequence[Step], out_dir: Path) 
 def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    spots = cut_spots(args.spots, args.seed, neighbours=0)
-    steps = [spot_step(s) for s in spots]
-    for replay in replay_files(args.replay_functions, args.seed, args.replay_lines, {s.path for s in spots}):
-        steps += replay
-    machine = machine_info()
-    raw = asyncio.run(drive(args, steps, out_dir))
+    if args.report_from:  # the same requests, summed up again (the machine and run are the file's)
+        saved = json.loads(Path(args.report_from).read_text())
+        raw = {key: saved[key] for key in ("rows", "server_stats", "load_log")}
+        machine, run_args, n_spots = saved["machine"], saved["args"], saved["args"]["spots"]
+    else:
+        spots = cut_spots(args.spots, args.seed, neighbours=0)
+        steps = [spot_step(s) for s in spots]
+        for replay in replay_files(args.replay_functions, args.seed, args.replay_lines, {s.path for s in spots}):
+            steps += replay
+        machine, run_args, n_spots = machine_info(), plain_args(args), len(spots)
+        raw = asyncio.run(drive(args, steps, out_dir))
     summary = summarize(raw["rows"], raw["server_stats"]["adaptive"].get("round_costs"))
     write_json(out_dir / "speculation.json", {"summary": summary, "machine": machine,
-                                              "args": plain_args(args), **raw})
-    text = report_text(summary, machine, len(spots))
+                                              "args": run_args, **raw})
+    text = report_text(summary, machine, n_spots)
     (out_dir / "speculation.md").write_text(text)
     print(text)
     return 0

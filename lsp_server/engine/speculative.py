@@ -343,7 +343,10 @@ class SpeculativeEngine:
         if drafter is None or not run.sampling.greedy or request.policy.k_max <= 0 \
                 or drafter.missing(run.ids):
             return
-        first, rest = self._choose(run, logits, request.heal)
+        try:
+            first, rest = self._choose(run, logits, request.heal)
+        except ValueError:  # no token continues the healed text: the request will say so
+            return
         ends = self._answer_end(run)
         if rest or ends(first):  # the healed text goes on, or the answer is one token
             return

@@ -65,9 +65,12 @@ def test_the_bound_is_what_perfect_drafts_would_give_at_the_servers_round_costs(
              "draft_catch_up_ms_a_token": 3.0, "prefill_ms_a_token": 5.0}
     costs = row_costs(shown)
     # 8 tokens: free drafts in one verify of 8 rows (40 ms, and the timed slope of 10/3 ms a
-    # row past the 4 timed); the model's best is 2 rounds of k = 3 (3 steps + 4 rows, 70 ms)
+    # row past the 4 timed); the model's too, its first round drafted at rest
     assert abs(perfect_rounds_s(8, costs, free=True) - (0.04 + 4 * 0.01 / 3)) < 1e-9
-    assert abs(perfect_rounds_s(8, costs, free=False) - 0.14) < 1e-9
+    assert perfect_rounds_s(8, costs, free=False) == perfect_rounds_s(8, costs, free=True)
+    # 12: the model's first round verifies its 8 tokens drafted at rest (9 rows), then a
+    # round of k = 2 (2 steps + 3 rows, 56 ms) settles the last 3
+    assert abs(perfect_rounds_s(12, costs, free=False) - (0.04 + 5 * 0.01 / 3 + 0.056)) < 1e-9
     off = {"final_s": 0.34, "verify_s": 0.24, "rounds": 8, "generated_tokens": 9, "context": "c",
            "completion": "x"}
     on = {"final_s": 0.2, "generated_tokens": 9, "context": "c", "completion": "x"}
@@ -75,3 +78,29 @@ def test_the_bound_is_what_perfect_drafts_would_give_at_the_servers_round_costs(
     lines = summary["groups"]["lines"]
     assert abs(lines["bound_free_median"] - (0.1 + 0.24) / (0.1 + 0.04 + 4 * 0.01 / 3)) < 1e-9
     assert "at best" in report_text(summary, {"cpu": "test"}, 1)
+
+
+def test_a_saved_run_is_reported_again_with_this_codes_summary(tmp_path):
+    """`--report-from`: the requests of a run, summed up again; no server started."""
+    import argparse
+    import json
+
+    from lsp_server.bench.speculation_session import add_arguments, run
+
+    off = {"final_s": 0.34, "verify_s": 0.24, "rounds": 8, "generated_tokens": 9, "context": "c",
+           "completion": "x"}
+    on = {"final_s": 0.2, "generated_tokens": 9, "context": "c", "completion": "x"}
+    shown = {"target_feed_ms_by_rows": [30.0, 33.0, 36.0, 40.0], "draft_step_ms": 10.0,
+             "draft_catch_up_ms_a_token": 3.0, "prefill_ms_a_token": 5.0}
+    saved = {"summary": {}, "machine": {"cpu": "the saved run's"}, "args": {"spots": 1, "seed": 3},
+             "rows": [{"group": "spot", "label": "a", "off": off, "adaptive": on}],
+             "server_stats": {"off": {}, "adaptive": {"round_costs": shown}}, "load_log": []}
+    (tmp_path / "saved.json").write_text(json.dumps(saved))
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    out = tmp_path / "again"
+    assert run(parser.parse_args(["--report-from", str(tmp_path / "saved.json"), "--out", str(out)])) == 0
+    again = json.loads((out / "speculation.json").read_text())
+    assert again["machine"] == saved["machine"] and again["args"] == saved["args"]
+    assert abs(again["summary"]["groups"]["lines"]["ratio_median"] - 1.7) < 1e-9
+    assert "the saved run's" in (out / "speculation.md").read_text()
