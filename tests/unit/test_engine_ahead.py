@@ -11,26 +11,11 @@ import torch
 
 from lsp_server.engine.drafters import AheadDrafter
 from lsp_server.engine.sampling import Sampling
-from lsp_server.engine.speculative import AHEAD_TOKENS, EngineOptions, SpeculativeEngine
-from lsp_server.engine.types import CompletionRequest, DraftPolicy, Finished, StopRule
-from tests.tiny_models import CharTokenizer, tiny_model
+from lsp_server.engine.speculative import AHEAD_TOKENS
+from lsp_server.engine.types import CompletionRequest
+from tests.unit.test_engine_warm import POLICY, PROMPT, WARM, final, make_engine
 
 torch.set_grad_enabled(False)
-POLICY = DraftPolicy(context="t", k_init=3, k_max=3, max_new_tokens=24, stop=StopRule("none"),
-                     mode="fixed", draft_p_min=0.0, prompt_lookup=False)
-WARM = replace(POLICY, max_new_tokens=0)
-PROMPT = tuple((i * 7) % 48 for i in range(120))
-
-
-def make_engine(draft_seed: int = 2) -> SpeculativeEngine:
-    return SpeculativeEngine(tiny_model(1), tiny_model(draft_seed, hidden=16, layers=1), CharTokenizer(),
-                             stop_ids=[], options=EngineOptions(prefill_chunk=64, warm_chunk=32))
-
-
-def final(events) -> Finished:
-    events = list(events)
-    assert isinstance(events[-1], Finished)
-    return events[-1]
 
 
 def test_a_warm_drafts_after_the_first_token_and_the_first_round_only_verifies():
