@@ -370,6 +370,12 @@ class SpeculativeEngine:
         except Aborted:
             pass  # a request came: it has what was drafted so far
         elapsed = time.perf_counter() - t
+        # The draft's cache goes back to the prompt: a warm that keeps every cached prompt
+        # (the whole window after the short one) takes no slot holding more than its prompt,
+        # and re-prefilled the whole draft elsewhere (tests/e2e/test_warm.py); the request
+        # feeds the first token and the accepted ones in one catch-up feed before its model
+        # drafts again.
+        drafter.slot.rewind(len(run.ids))
         self.ahead.keep(context, made)
         run.stats.ahead_tokens = len(made)
         run.stats.draft_s += elapsed

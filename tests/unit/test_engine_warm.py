@@ -37,11 +37,8 @@ def test_a_warm_prefills_both_models_and_generates_nothing():
     assert done.reason == "warm" and done.text == "" and done.token_ids == ()
     assert done.stats.prefilled_tokens == len(PROMPT)
     assert any(slot.ids == list(PROMPT) for slot in engine.pool.slots)
-    # the draft's: the prompt, then the answer's first token and what it drafted after it at
-    # rest (test_engine_ahead.py) but the last
-    drafted = len(PROMPT) + done.stats.ahead_tokens
-    assert done.stats.ahead_tokens and any(slot.ids[:len(PROMPT)] == list(PROMPT) and len(slot.ids) == drafted
-                                           for slot in engine.drafter.pool.slots)
+    # the draft's: the prompt (what it drafted after it at rest is kept apart: test_engine_ahead.py)
+    assert done.stats.ahead_tokens and any(slot.ids == list(PROMPT) for slot in engine.drafter.pool.slots)
 
 
 def test_the_request_after_a_warm_prefills_nothing_and_matches_a_cold_engine():
