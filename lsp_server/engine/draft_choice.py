@@ -1,5 +1,6 @@
 """Which draft a round verifies: a free one (prompt lookup, the pool of earlier requests, the
-draft model's tokens made at rest) or the draft model's, by the tokens per second each is expected to give.
+draft model's tokens made at rest) or the draft model's, by the tokens per second each is
+expected to give.
 
 A free draft costs no draft step, only the verify's extra rows, so it may run longer than
 any k the model drafts; its length is cut where one more token stops paying at its source's
