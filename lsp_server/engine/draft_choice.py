@@ -15,9 +15,7 @@ from typing import Sequence
 
 from .controller import Controller
 from .costs import Odds, free_length, tokens_per_s
-from .drafters import Draft
-
-AHEAD = "ahead"  # drafters.AheadDrafter's source
+from .drafters import AheadDrafter, Draft
 
 # A free draft after a match this long is priced apart from one after a shorter match: a
 # long match names its context, a short one (a name, a bracket) often continues elsewhere.
@@ -81,7 +79,7 @@ def pick_free(offers: Sequence[Offer], controller: Controller, model_k: int, *,
         return None
     if controller.costs is None:
         if model_k > 0:  # the model's own tokens made at rest, or a long match from a trusted source
-            offers = [o for o in offers if o.draft.source == AHEAD
+            offers = [o for o in offers if o.draft.source == AheadDrafter.name
                       or o.match >= min_match and o.draft.source in trusted]
         longest = max(offers, key=lambda o: o.match) if offers else None
         return None if longest is None else Draft(longest.draft.source, longest.draft.tokens,
